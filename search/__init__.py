@@ -1,0 +1,1 @@
+"""Logic programs, hypergraph A* (host reference and jitted kernel), heuristics, traces and A* rewards."""
