@@ -1,0 +1,171 @@
+"""Tokenizers, chat templates and prompt/completion tokenization.
+
+Tokenizers are `transformers` tokenizers read from a GGUF file (which carries its
+vocabulary, merges and chat template) or from an HF checkpoint directory. Reading
+a GGUF tokenizer parses the whole file (seconds), so the converted tokenizer is
+cached on disk under `$REASONER_CACHE` (default `~/.cache/reasoner`), keyed by the
+file's path, size and modification time.
+
+Prompt/completion pairs are tokenized as two pieces and concatenated, so that the
+prompt's ids are exactly those the sampler sees at inference time (tokenizing the
+joined text could merge tokens across the boundary) and the completion mask is
+exact: 1 on completion tokens (the trained ones), 0 on prompt tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+from typing import Any, Sequence
+
+Message = dict[str, str]
+
+# End-of-turn markers of the chat families we support; whichever exist in a vocabulary stop generation.
+_END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>")
+
+
+def cache_dir() -> pathlib.Path:
+    """Root of the on-disk cache for converted tokenizers and similar derived files."""
+    return pathlib.Path(os.environ.get("REASONER_CACHE", pathlib.Path.home() / ".cache" / "reasoner"))
+
+
+def _resolve_source(model: str | os.PathLike) -> pathlib.Path:
+    """A preset name, a GGUF file or an HF directory -> a path on disk."""
+    path = pathlib.Path(model)
+    if path.exists():
+        return path
+    if os.sep in str(model) or path.suffix == ".gguf":
+        raise FileNotFoundError(f"tokenizer source {model} does not exist")
+    from reasoner.models.presets import resolve_model_path  # presets know where embedded models live
+
+    return pathlib.Path(resolve_model_path(str(model)))
+
+
+def load_tokenizer(model: str | os.PathLike):
+    """Loads the tokenizer of a preset name, GGUF file or HF checkpoint directory.
+
+    Returns a `transformers` tokenizer with a chat template and a pad token (the
+    end-of-sequence token when the checkpoint names none).
+    """
+    from transformers import AutoTokenizer
+
+    source = _resolve_source(model)
+    if source.is_file():
+        if source.suffix != ".gguf":
+            raise ValueError(f"tokenizer source {source}: expected a .gguf file or an HF checkpoint directory")
+        stat = source.stat()
+        key = hashlib.sha256(f"{source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+        cached = cache_dir() / "tokenizers" / key
+        if (cached / "tokenizer_config.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(str(cached))
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+            _save_atomically(tokenizer, cached)
+    elif source.is_dir():
+        if not (source / "tokenizer_config.json").is_file() and not (source / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"{source}: no tokenizer.json or tokenizer_config.json in this checkpoint directory")
+        tokenizer = AutoTokenizer.from_pretrained(str(source))
+    else:
+        raise FileNotFoundError(f"tokenizer source {source} does not exist")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _save_atomically(tokenizer, target: pathlib.Path) -> None:
+    """Writes the tokenizer beside `target` and renames it in place, so a crash never leaves half a cache."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    try:
+        tokenizer.save_pretrained(str(staging))
+        os.replace(staging, target)
+    except OSError:
+        pass  # another process won the race, or the cache is read-only: loading still worked
+    finally:
+        if staging.exists():
+            import shutil
+
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def stop_token_ids(tokenizer) -> tuple[int, ...]:
+    """Ids that end an assistant turn: the EOS id plus every known end-of-turn marker in the vocabulary."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    vocab = tokenizer.get_vocab()
+    for token in _END_OF_TURN_TOKENS:
+        if token in vocab:
+            ids.add(int(vocab[token]))
+    return tuple(sorted(ids))
+
+
+def _check_messages(messages: Sequence[Message]) -> None:
+    if not messages:
+        raise ValueError("messages: expected at least one {'role', 'content'} message, got an empty list")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            raise ValueError(f"messages[{i}]: expected a dict with 'role' and 'content', got {message!r}")
+
+
+def render_chat(tokenizer, messages: Sequence[Message], *, add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
+    """Renders messages with the tokenizer's chat template (tools etc. pass through `template_kwargs`)."""
+    _check_messages(messages)
+    return tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **template_kwargs
+    )
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    """Token ids of `text` with no special tokens added (chat templates already contain them)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def chat_ids(tokenizer, messages: Sequence[Message], *, add_generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
+    """Token ids of a rendered chat, ready for the sampler."""
+    return encode(tokenizer, render_chat(tokenizer, messages, add_generation_prompt=add_generation_prompt, **template_kwargs))
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptCompletion:
+    """One tokenized training example.
+
+    ids: [T] prompt ids then completion ids.
+    completion_mask: [T] 1 where the token belongs to the completion (trained on), else 0.
+    prompt_len: number of prompt tokens.
+    """
+
+    ids: tuple[int, ...]
+    completion_mask: tuple[int, ...]
+    prompt_len: int
+
+
+def encode_prompt_completion(tokenizer, *, prompt: Sequence[Message], completion: str) -> PromptCompletion:
+    """Tokenizes a chat prompt and the assistant's completion, with a completion mask.
+
+    The completion is rendered through the chat template as the assistant's turn, so
+    it ends with the template's end-of-turn marker (the model learns to stop). The
+    rendered conversation must start with the rendered prompt; templates that rewrite
+    earlier turns (e.g. strip reasoning) are rejected with an error naming the mismatch.
+    """
+    prompt_text = render_chat(tokenizer, prompt, add_generation_prompt=True)
+    full_text = render_chat(
+        tokenizer, [*prompt, {"role": "assistant", "content": completion}], add_generation_prompt=False
+    )
+    if not full_text.startswith(prompt_text):
+        raise ValueError(
+            "chat template renders the prompt differently once the assistant turn is added; "
+            f"expected the conversation to start with {prompt_text[-80:]!r}"
+        )
+    completion_text = full_text[len(prompt_text):]
+    prompt_ids = encode(tokenizer, prompt_text)
+    completion_ids = encode(tokenizer, completion_text)
+    if not completion_ids:
+        raise ValueError(f"completion {completion!r}: renders to no tokens")
+    return PromptCompletion(
+        ids=tuple(prompt_ids + completion_ids),
+        completion_mask=(0,) * len(prompt_ids) + (1,) * len(completion_ids),
+        prompt_len=len(prompt_ids),
+    )
