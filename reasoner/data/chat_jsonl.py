@@ -1,0 +1,131 @@
+"""TFDS builder for chat SFT and DPO examples stored as JSON lines.
+
+Each line of `<split>.jsonl` (splits: train, validation, test; those present are built) is
+
+  SFT: {"prompt": [{"role", "content"}, ...], "completion": "assistant text"}
+  DPO: {"prompt": [...], "chosen": "preferred text", "rejected": "dispreferred text"}
+
+`prompt` may also be a plain string (one user message). Builder configs `sft` and `dpo` pick the
+schema; the messages are stored as a JSON string feature so any chat shape survives the round
+trip. Files are read from the `manual_dir` given in `download_config` (no downloads). Built with
+`file_format="array_record"` and read with `tfds.data_source` (no TensorFlow needed).
+
+`build_chat_dataset(jsonl_dir, kind=..., data_dir=...)` builds (once; rebuilt when a file changes)
+and returns {split: data source} of plain dicts: {"prompt": [messages], "completion": str} or
+{"prompt", "chosen", "rejected"}.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+from typing import Any
+
+import tensorflow_datasets as tfds
+
+SPLITS = ("train", "validation", "test")
+FIELDS = {"sft": ("completion",), "dpo": ("chosen", "rejected")}
+
+
+def parse_line(line: str, *, kind: str, where: str) -> dict[str, Any]:
+    """One JSONL record -> {"prompt": json string of messages, <text fields>}; clear errors name `where`."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    missing = [k for k in ("prompt", *FIELDS[kind]) if k not in record]
+    if missing:
+        raise ValueError(f"{where}: missing {missing}; a {kind} record needs prompt and {list(FIELDS[kind])}")
+    prompt = record["prompt"]
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if not (isinstance(prompt, list) and prompt and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in prompt)):
+        raise ValueError(f"{where}: prompt must be a string or a non-empty list of {{role, content}} messages")
+    out = {"prompt": json.dumps(prompt, ensure_ascii=False)}
+    for key in FIELDS[kind]:
+        if not isinstance(record[key], str):
+            raise ValueError(f"{where}: {key} must be a string, got {type(record[key]).__name__}")
+        out[key] = record[key]
+    return out
+
+
+class ChatJsonl(tfds.core.GeneratorBasedBuilder):
+    """Chat prompt/completion (sft) or prompt/chosen/rejected (dpo) examples from JSONL files."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    BUILDER_CONFIGS = [
+        tfds.core.BuilderConfig(name="sft", description="prompt messages + completion"),
+        tfds.core.BuilderConfig(name="dpo", description="prompt messages + chosen + rejected"),
+    ]
+    MANUAL_DOWNLOAD_INSTRUCTIONS = "Put train.jsonl (and validation.jsonl / test.jsonl) in the manual directory."
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        fields = {"prompt": tfds.features.Text()}
+        fields.update({k: tfds.features.Text() for k in FIELDS[self.builder_config.name]})
+        return self.dataset_info_from_configs(features=tfds.features.FeaturesDict(fields))
+
+    def _split_generators(self, dl_manager):
+        root = pathlib.Path(dl_manager.manual_dir)
+        present = {s: root / f"{s}.jsonl" for s in SPLITS if (root / f"{s}.jsonl").is_file()}
+        if "train" not in present:
+            raise FileNotFoundError(f"{root}: expected train.jsonl (and optionally validation.jsonl, test.jsonl)")
+        return {split: self._generate_examples(path) for split, path in present.items()}
+
+    def _generate_examples(self, path: pathlib.Path):
+        kind = self.builder_config.name
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, start=1):
+                if line.strip():
+                    yield n, parse_line(line, kind=kind, where=f"{path}:{n}")
+
+
+def _decode(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class DecodedSource:
+    """Random-access view of a TFDS data source that returns plain Python dicts (messages parsed)."""
+
+    def __init__(self, source, fields: tuple[str, ...]):
+        self._source, self._fields = source, fields
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        raw = self._source[index]
+        out = {"prompt": json.loads(_decode(raw["prompt"]))}
+        out.update({k: _decode(raw[k]) for k in self._fields})
+        return out
+
+
+def _fingerprint(root: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    for split in SPLITS:
+        path = root / f"{split}.jsonl"
+        if path.is_file():
+            st = path.stat()
+            h.update(f"{split}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:12]
+
+
+def build_chat_dataset(jsonl_dir, *, kind: str, data_dir) -> dict[str, DecodedSource]:
+    """Builds the `kind` ('sft' | 'dpo') dataset from `jsonl_dir` into `data_dir`; returns {split: source}."""
+    if kind not in FIELDS:
+        raise ValueError(f"kind={kind!r}; expected one of {tuple(FIELDS)}")
+    root = pathlib.Path(jsonl_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"chat JSONL directory {root} does not exist")
+    # the data_dir is keyed by the files' fingerprint, so edited files are rebuilt rather than served stale
+    data_dir = pathlib.Path(data_dir) / f"chat_jsonl_{_fingerprint(root)}"
+    builder = ChatJsonl(config=kind, data_dir=str(data_dir), file_format="array_record")
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(root)))
+    return {
+        split: DecodedSource(builder.as_data_source(split=split), FIELDS[kind])
+        for split in builder.info.splits.keys()
+    }
