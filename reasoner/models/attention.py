@@ -1,0 +1,87 @@
+"""Grouped-query self-attention with packing masks and a per-row KV cache.
+
+Layouts: q [B, T, KV, G, Dh] (G = query heads per kv head, HF order: head h uses kv head h // G),
+k/v [B, S, KV, Dh]. Scores `bngts` are computed per kv group, so k/v are never repeated.
+
+Masking rule (same with or without cache): query at slot i of segment s attends to key slot j iff
+`segment_j == s`, `s != 0` and `j <= i`. Slots are positions in the chunk (no cache) or in the
+cache (`cache.index_B[b] + t`). Segment 0 marks padding; its queries attend to nothing useful
+(their output is finite garbage that callers ignore).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from reasoner.models.config import ModelConfig
+from reasoner.models.layers import Proj, RMSNorm
+from reasoner.models.rope import apply_rope
+
+
+def attention_mask(q_seg_BxT, q_slot_BxT, kv_seg_BxS, kv_slot_S) -> jax.Array:
+    """[B, T, S] bool: same non-zero segment and causal in slot order."""
+    same = (q_seg_BxT[:, :, None] == kv_seg_BxS[:, None, :]) & (q_seg_BxT[:, :, None] != 0)
+    causal = kv_slot_S[None, None, :] <= q_slot_BxT[:, :, None]
+    return same & causal
+
+
+def write_rows(cache_BxSxKxD: jax.Array, chunk_BxTxKxD: jax.Array, index_B: jax.Array) -> jax.Array:
+    """Writes each row's chunk at that row's own offset."""
+    return jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))(
+        cache_BxSxKxD, chunk_BxTxKxD.astype(cache_BxSxKxD.dtype), index_B
+    )
+
+
+class Attention(nnx.Module):
+    """Self-attention of one layer; optional q/k/v bias (Qwen2) and per-head q/k RMSNorm (Qwen3)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        pd, dt = cfg.param_dtype, cfg.dtype
+        D, H, KV, Dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        kw = dict(rngs=rngs, param_dtype=pd, dtype=dt)
+        self.q_proj = Proj((D,), (H, Dh), in_axes=("embed",), out_axes=("heads", "head_dim"), bias=cfg.qkv_bias, **kw)
+        self.k_proj = Proj((D,), (KV, Dh), in_axes=("embed",), out_axes=("kv_heads", "head_dim"), bias=cfg.qkv_bias, **kw)
+        self.v_proj = Proj((D,), (KV, Dh), in_axes=("embed",), out_axes=("kv_heads", "head_dim"), bias=cfg.qkv_bias, **kw)
+        self.o_proj = Proj((H, Dh), (D,), in_axes=("heads", "head_dim"), out_axes=("embed",), bias=cfg.o_bias, **kw)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(Dh, eps=cfg.rms_norm_eps, axis_name="head_dim", rngs=rngs, param_dtype=pd)
+            self.k_norm = RMSNorm(Dh, eps=cfg.rms_norm_eps, axis_name="head_dim", rngs=rngs, param_dtype=pd)
+        else:
+            self.q_norm = self.k_norm = None
+        self.num_kv_heads, self.group = KV, cfg.group_size
+        self.scale = Dh ** -0.5
+
+    def __call__(self, x_BxTxD, *, cos, sin, segment_ids_BxT, layer_cache=None, index_B=None):
+        """Returns (out_BxTxD, (k_cache, v_cache) or None).
+
+        layer_cache: None (keys = this chunk) or (k_BxSxKVxDh, v_BxSxKVxDh, segment_ids_BxS already
+        updated with this chunk); the chunk is written at `index_B` per row.
+        """
+        B, T, _ = x_BxTxD.shape
+        q = self.q_proj(x_BxTxD)  # [B, T, H, Dh]
+        k = self.k_proj(x_BxTxD)  # [B, T, KV, Dh]
+        v = self.v_proj(x_BxTxD)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q_slot = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32)[None], (B, T))
+        if layer_cache is None:
+            keys, values, kv_seg = k, v, segment_ids_BxT
+            new_cache = None
+        else:
+            k_cache, v_cache, kv_seg = layer_cache
+            keys, values = write_rows(k_cache, k, index_B), write_rows(v_cache, v, index_B)
+            q_slot = q_slot + index_B[:, None]
+            new_cache = (keys, values)
+        S = keys.shape[1]
+        mask_BxTxS = attention_mask(segment_ids_BxT, q_slot, kv_seg, jnp.arange(S, dtype=jnp.int32))
+        qg = q.reshape(B, T, self.num_kv_heads, self.group, q.shape[-1])
+        scores = jnp.einsum("btngk,bsnk->bngts", qg, keys.astype(qg.dtype),
+                            preferred_element_type=jnp.float32) * self.scale
+        scores = jnp.where(mask_BxTxS[:, None, None], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(qg.dtype)
+        out = jnp.einsum("bngts,bsnk->btngk", probs, values.astype(qg.dtype))
+        out = out.reshape(B, T, -1, q.shape[-1])
+        return self.o_proj(out), new_cache

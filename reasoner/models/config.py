@@ -1,0 +1,171 @@
+"""`ModelConfig`: the one description of a decoder, read from HF `config.json` or GGUF metadata.
+
+Families: `llama` (incl. Llama-3.x RoPE scaling, SmolLM2), `qwen2` (q/k/v bias), `qwen3`
+(per-head q/k RMSNorm). `ModelConfig.from_hf_dict(d)` reads a `config.json` dict (both the
+transformers-5 `rope_parameters` form and the older top-level `rope_theta` / `rope_scaling`);
+`reasoner.models.gguf.config_from_gguf(reader)` reads GGUF metadata; `to_hf_dict()` writes a
+`config.json` that `transformers.AutoModelForCausalLM` accepts.
+
+`param_dtype` is the storage dtype of the weights, `dtype` the compute dtype of matmuls;
+norms, RoPE and softmax always run in float32. `remat=True` rematerialises each layer in the
+backward pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+class UnsupportedModelError(ValueError):
+    """The checkpoint describes an architecture or option this decoder does not implement."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of a decoder-only transformer (all sizes in elements, not bytes)."""
+
+    family: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 10000.0
+    rope_type: str = "default"
+    # For "linear": {"factor"}; for "llama3": {"factor", "low_freq_factor", "high_freq_factor",
+    # "original_max_position_embeddings"}. Stored as sorted (key, value) pairs to stay hashable.
+    rope_scaling: tuple[tuple[str, float], ...] = ()
+    rms_norm_eps: float = 1e-6
+    tie_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    max_position_embeddings: int = 8192
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+    remat: bool = False
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise UnsupportedModelError(f"unsupported model family {self.family!r}; expected one of {FAMILIES}")
+        if self.rope_type not in ROPE_TYPES:
+            raise UnsupportedModelError(f"unsupported RoPE type {self.rope_type!r}; expected one of {ROPE_TYPES}")
+        if self.num_heads % self.num_kv_heads:
+            raise UnsupportedModelError(
+                f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"
+            )
+        if self.head_dim % 2:
+            raise UnsupportedModelError(f"head_dim={self.head_dim} must be even for RoPE")
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head (GQA)."""
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def rope_scaling_dict(self) -> dict[str, float]:
+        return dict(self.rope_scaling)
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ HF config.json
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any], *, source: str = "config.json", **overrides: Any) -> "ModelConfig":
+        """Builds a config from a HF `config.json` dict; `overrides` set dtype/remat etc."""
+        model_type = d.get("model_type")
+        archs = d.get("architectures") or []
+        family = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama"}.get(model_type)
+        if family is None:
+            raise UnsupportedModelError(
+                f"{source}: unsupported model_type {model_type!r} (architectures={archs}); "
+                f"expected one of llama, qwen2, qwen3"
+            )
+        if d.get("mlp_bias"):
+            raise UnsupportedModelError(f"{source}: mlp_bias=true is not supported")
+        if d.get("hidden_act", "silu") != "silu":
+            raise UnsupportedModelError(f"{source}: hidden_act={d.get('hidden_act')!r}; expected 'silu'")
+        if d.get("use_sliding_window"):
+            raise UnsupportedModelError(f"{source}: sliding-window attention is not supported")
+        heads = int(d["num_attention_heads"])
+        rope = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
+        theta = float(rope.pop("rope_theta", d.get("rope_theta", 10000.0)))
+        rope_type = rope.pop("rope_type", rope.pop("type", "default")) or "default"
+        keep = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                                                  "original_max_position_embeddings")}.get(rope_type, ())
+        if rope_type not in ROPE_TYPES:
+            raise UnsupportedModelError(f"{source}: unsupported rope_type {rope_type!r}; expected one of {ROPE_TYPES}")
+        missing = [k for k in keep if k not in rope]
+        if missing:
+            raise UnsupportedModelError(f"{source}: rope_type {rope_type!r} needs {missing}")
+        eos = d.get("eos_token_id")
+        if isinstance(eos, list):
+            eos = eos[0] if eos else None
+        attention_bias = bool(d.get("attention_bias", False))
+        cfg = dict(
+            family=family,
+            vocab_size=int(d["vocab_size"]),
+            hidden_size=int(d["hidden_size"]),
+            intermediate_size=int(d["intermediate_size"]),
+            num_layers=int(d["num_hidden_layers"]),
+            num_heads=heads,
+            num_kv_heads=int(d.get("num_key_value_heads") or heads),
+            head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
+            rope_theta=theta,
+            rope_type=rope_type,
+            rope_scaling=tuple(sorted((k, float(rope[k])) for k in keep)),
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            tie_embeddings=bool(d.get("tie_word_embeddings", family != "llama")),
+            qkv_bias=True if family == "qwen2" else attention_bias,
+            o_bias=False if family == "qwen2" else attention_bias,
+            qk_norm=family == "qwen3",
+            max_position_embeddings=int(d.get("max_position_embeddings", 8192)),
+            bos_token_id=d.get("bos_token_id"),
+            eos_token_id=eos,
+        )
+        cfg.update(overrides)
+        return cls(**cfg)
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """A `config.json` dict that transformers' `AutoConfig`/`AutoModelForCausalLM` load."""
+        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[self.family]
+        rope = {"rope_type": self.rope_type, "rope_theta": self.rope_theta, **self.rope_scaling_dict}
+        if "original_max_position_embeddings" in rope:
+            rope["original_max_position_embeddings"] = int(rope["original_max_position_embeddings"])
+        d: dict[str, Any] = {
+            "architectures": [arch],
+            "model_type": self.family,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_parameters": rope,
+            # Older transformers read these two top-level keys.
+            "rope_theta": self.rope_theta,
+            "rope_scaling": None if self.rope_type == "default" else dict(rope),
+            "tie_word_embeddings": self.tie_embeddings,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+            "torch_dtype": "float32",
+        }
+        if self.family == "qwen2":
+            d["use_sliding_window"] = False
+        else:
+            d["attention_bias"] = self.qkv_bias
+        if self.family == "llama":
+            d["mlp_bias"] = False
+        return d

@@ -1,0 +1,146 @@
+"""The Flax NNX decoder shared by Llama, Qwen2 and Qwen3 checkpoints.
+
+Public API
+----------
+`Decoder(cfg, rngs=nnx.Rngs(0))` builds a randomly initialised model (use
+`reasoner.models.load_model` for real weights).
+
+`model(tokens_BxT, *, positions_BxT, segment_ids_BxT=None, cache=None) -> (logits_BxTxV, cache)`
+  - `positions_BxT` int32: RoPE positions (restart at 0 for each packed document).
+  - `segment_ids_BxT` int32: 0 = padding; tokens attend only to earlier tokens of the same
+    segment (packing, left/right padding). None = all ones.
+  - `cache`: a `KVCache` from `init_cache` or None. With a cache, row b writes its T new keys at
+    slots `cache.index_B[b] .. + T` and attends to every earlier valid slot of its segment; the
+    returned cache has `index_B + T`. Rows may sit at different offsets (multi-turn continuation);
+    set `cache.replace(index_B=...)` to write elsewhere. Logits are float32.
+`model.hidden_states(...)` is the same call without the vocabulary projection, returning
+(hidden_BxTxD, cache); `model.logits(hidden)` projects. Trainers use them to compute
+log-probs chunk by chunk.
+
+Pure-function use (DESIGN: split at the jit boundary):
+    graphdef, state = nnx.split(model)
+    @jax.jit
+    def f(state, tokens, positions):
+        return nnx.merge(graphdef, state)(tokens, positions_BxT=positions)[0]
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from reasoner.models.attention import Attention
+from reasoner.models.config import ModelConfig
+from reasoner.models.layers import RMSNorm, SwiGLU, make_param
+from reasoner.models.rope import inverse_frequencies, rope_tables
+
+
+@struct.dataclass
+class KVCache:
+    """Per-layer keys/values [B, S, KV, Dh] (post-RoPE), slot segment ids [B, S] (0 = empty or
+    padding) and the next write offset of each row [B]."""
+
+    k: tuple
+    v: tuple
+    segment_ids_BxS: jax.Array
+    index_B: jax.Array
+
+    @property
+    def max_len(self) -> int:
+        return self.segment_ids_BxS.shape[1]
+
+
+def init_cache(cfg: ModelConfig, *, batch: int, max_len: int, dtype=None) -> KVCache:
+    """An empty cache; `dtype` defaults to the compute dtype."""
+    dtype = dtype or cfg.dtype
+    shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    zeros = lambda: jnp.zeros(shape, dtype)  # noqa: E731
+    return KVCache(
+        k=tuple(zeros() for _ in range(cfg.num_layers)),
+        v=tuple(zeros() for _ in range(cfg.num_layers)),
+        segment_ids_BxS=jnp.zeros((batch, max_len), jnp.int32),
+        index_B=jnp.zeros((batch,), jnp.int32),
+    )
+
+
+# Logical axes of cache arrays, for `reasoner.sharding.logical_sharding`.
+CACHE_KV_AXES = ("batch", "cache_seq", "kv_heads", "head_dim")
+CACHE_SEG_AXES = ("batch", "cache_seq")
+
+
+class Block(nnx.Module):
+    """Pre-norm transformer layer: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        kw = dict(eps=cfg.rms_norm_eps, axis_name="embed", rngs=rngs, param_dtype=cfg.param_dtype)
+        self.attn_norm = RMSNorm(cfg.hidden_size, **kw)
+        self.attn = Attention(cfg, rngs=rngs)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, **kw)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, rngs=rngs,
+                          param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+
+    def __call__(self, x, cos, sin, segment_ids_BxT, layer_cache, index_B):
+        a, new_cache = self.attn(self.attn_norm(x), cos=cos, sin=sin, segment_ids_BxT=segment_ids_BxT,
+                                 layer_cache=layer_cache, index_B=index_B)
+        x = x + a
+        return x + self.mlp(self.mlp_norm(x)), new_cache
+
+
+class Decoder(nnx.Module):
+    """Token embedding, `num_layers` Blocks, final RMSNorm, tied or separate LM head."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.embed = make_param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), dtype=cfg.param_dtype)
+        self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.final_norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, axis_name="embed", rngs=rngs,
+                                  param_dtype=cfg.param_dtype)
+        self.lm_head = None if cfg.tie_embeddings else make_param(
+            rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), dtype=cfg.param_dtype)
+        # a tuple keeps it static (hashable) in the graphdef rather than a traced leaf
+        self.inv_freq = tuple(float(f) for f in inverse_frequencies(cfg))
+
+    def hidden_states(self, tokens_BxT, *, positions_BxT, segment_ids_BxT=None, cache: KVCache | None = None):
+        """(hidden_BxTxD after the final norm, updated cache or None)."""
+        cfg = self.cfg
+        tokens_BxT = jnp.asarray(tokens_BxT, jnp.int32)
+        if segment_ids_BxT is None:
+            segment_ids_BxT = jnp.ones(tokens_BxT.shape, jnp.int32)
+        segment_ids_BxT = jnp.asarray(segment_ids_BxT, jnp.int32)
+        x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(cfg.dtype)
+        cos, sin = rope_tables(jnp.asarray(positions_BxT), self.inv_freq)
+        index_B = None
+        if cache is not None:
+            index_B = cache.index_B
+            kv_seg = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))(
+                cache.segment_ids_BxS, segment_ids_BxT, index_B)
+        new_k, new_v = [], []
+        for i, block in enumerate(self.layers):
+            layer_cache = None if cache is None else (cache.k[i], cache.v[i], kv_seg)
+            if cfg.remat:
+                x, lc = nnx.remat(lambda b, *a: b(*a))(block, x, cos, sin, segment_ids_BxT, layer_cache, index_B)
+            else:
+                x, lc = block(x, cos, sin, segment_ids_BxT, layer_cache, index_B)
+            if lc is not None:
+                new_k.append(lc[0])
+                new_v.append(lc[1])
+        x = self.final_norm(x)
+        if cache is None:
+            return x, None
+        T = tokens_BxT.shape[1]
+        return x, KVCache(k=tuple(new_k), v=tuple(new_v), segment_ids_BxS=kv_seg, index_B=index_B + T)
+
+    def logits(self, hidden_BxTxD) -> jax.Array:
+        """float32 logits [B, T, V]."""
+        dt = self.cfg.dtype
+        if self.lm_head is None:
+            return jnp.einsum("btd,vd->btv", hidden_BxTxD.astype(dt), self.embed[...].astype(dt),
+                              preferred_element_type=jnp.float32)
+        return jnp.einsum("btd,dv->btv", hidden_BxTxD.astype(dt), self.lm_head[...].astype(dt),
+                          preferred_element_type=jnp.float32)
+
+    def __call__(self, tokens_BxT, *, positions_BxT, segment_ids_BxT=None, cache: KVCache | None = None):
+        h, cache = self.hidden_states(tokens_BxT, positions_BxT=positions_BxT, segment_ids_BxT=segment_ids_BxT,
+                                      cache=cache)
+        return self.logits(h), cache

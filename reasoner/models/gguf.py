@@ -1,0 +1,180 @@
+"""GGUF checkpoints (llama.cpp): config from metadata and dequantized tensors under HF names.
+
+`open_gguf(path) -> (ModelConfig, GGUFSource)`. The source answers HF tensor names
+(`model.layers.0.self_attn.q_proj.weight`, ...) with float32 arrays in HF layout: it maps names,
+dequantizes with `gguf.quants.dequantize`, and for the `llama` architecture undoes the row
+permutation llama.cpp's converter applies to Q and K (its RoPE pairs adjacent elements; HF pairs
+the two halves of each head).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from reasoner.models.config import ModelConfig, UnsupportedModelError
+from reasoner.models.sources import CheckpointError
+
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
+
+_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.bias": "self_attn.o_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+              "output.weight": "lm_head.weight"}
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """HF tensor name of a GGUF tensor name, or None if we do not use it."""
+    if gguf_name in _TOP_NAMES:
+        return _TOP_NAMES[gguf_name]
+    if gguf_name.startswith("blk."):
+        _, layer, rest = gguf_name.split(".", 2)
+        if rest in _LAYER_NAMES:
+            return f"model.layers.{layer}.{_LAYER_NAMES[rest]}"
+    return None
+
+
+def gguf_name(hf: str) -> str:
+    """Inverse of `hf_name` (used by the tiny-GGUF writer in tests and tools)."""
+    for g, h in _TOP_NAMES.items():
+        if h == hf:
+            return g
+    parts = hf.split(".", 3)  # model, layers, i, rest
+    for g, h in _LAYER_NAMES.items():
+        if h == parts[3]:
+            return f"blk.{parts[2]}.{g}"
+    raise KeyError(hf)
+
+
+def permute_llama_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """HF -> llama.cpp row order for Q/K (what convert_hf_to_gguf does)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute_llama_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp -> HF row order for Q/K."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+def config_from_gguf(reader, *, source: str, has_output: bool, **overrides) -> ModelConfig:
+    arch = _field(reader, "general.architecture")
+    if arch not in ARCHITECTURES:
+        raise UnsupportedModelError(f"{source}: unsupported GGUF architecture {arch!r}; expected one of {ARCHITECTURES}")
+
+    def need(key):
+        value = _field(reader, f"{arch}.{key}")
+        if value is None:
+            raise CheckpointError(f"{source}: GGUF metadata key {arch}.{key} is missing")
+        return value
+
+    heads = int(need("attention.head_count"))
+    hidden = int(need("embedding_length"))
+    vocab = _field(reader, f"{arch}.vocab_size")
+    if vocab is None:
+        vocab = len(_field(reader, "tokenizer.ggml.tokens", []))
+    scaling = _field(reader, f"{arch}.rope.scaling.type", "none")
+    rope_type, rope_scaling = "default", ()
+    if scaling == "linear":
+        rope_type, rope_scaling = "linear", (("factor", float(need("rope.scaling.factor"))),)
+    elif scaling not in ("none", None):
+        raise UnsupportedModelError(f"{source}: unsupported GGUF rope scaling {scaling!r}")
+    if "rope_freqs.weight" in {t.name for t in reader.tensors}:
+        raise UnsupportedModelError(f"{source}: GGUF rope_freqs (Llama-3 RoPE factors) are not supported; "
+                                    f"load the HF safetensors checkpoint instead")
+    cfg = dict(
+        family=arch,
+        vocab_size=int(vocab),
+        hidden_size=hidden,
+        intermediate_size=int(need("feed_forward_length")),
+        num_layers=int(need("block_count")),
+        num_heads=heads,
+        num_kv_heads=int(_field(reader, f"{arch}.attention.head_count_kv", heads)),
+        head_dim=int(_field(reader, f"{arch}.attention.key_length", hidden // heads)),
+        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        rope_type=rope_type,
+        rope_scaling=rope_scaling,
+        rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
+        tie_embeddings=not has_output,
+        qkv_bias=arch == "qwen2",
+        qk_norm=arch == "qwen3",
+        max_position_embeddings=int(_field(reader, f"{arch}.context_length", 8192)),
+        bos_token_id=_field(reader, "tokenizer.ggml.bos_token_id"),
+        eos_token_id=_field(reader, "tokenizer.ggml.eos_token_id"),
+    )
+    cfg.update(overrides)
+    return ModelConfig(**cfg)
+
+
+class GGUFSource:
+    """Dequantized float32 tensors of a GGUF file, addressed by HF names."""
+
+    def __init__(self, path: str, reader, cfg: ModelConfig):
+        self.path, self.reader, self.cfg = path, reader, cfg
+        self.tensors = {}
+        for t in reader.tensors:
+            name = hf_name(t.name)
+            if name is not None:
+                self.tensors[name] = t
+
+    def describe(self, name: str) -> str:
+        t = self.tensors.get(name)
+        return f"{self.path} (tensor {t.name})" if t is not None else self.path
+
+    def names(self) -> list[str]:
+        return list(self.tensors)
+
+    def get(self, name: str) -> np.ndarray:
+        import gguf
+
+        t = self.tensors[name]
+        try:
+            w = gguf.quants.dequantize(t.data, t.tensor_type)
+        except NotImplementedError:
+            raise CheckpointError(
+                f"{self.path}: tensor {t.name} has GGUF type {t.tensor_type.name}, which the gguf package cannot "
+                f"dequantize; expected F32/F16/BF16 or a supported quantization (Q8_0, Q4_0, Q4_1, Q4_K, ...)"
+            ) from None
+        w = np.asarray(w, dtype=np.float32)
+        if self.cfg.family == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
+            n_head = self.cfg.num_heads if name.endswith("q_proj.weight") else self.cfg.num_kv_heads
+            w = unpermute_llama_qk(w, n_head)
+        return w
+
+
+def open_gguf(path: str, **overrides) -> tuple[ModelConfig, GGUFSource]:
+    import gguf
+
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint file {path} does not exist")
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as err:  # the reader raises assorted errors on short/garbled files
+        size = os.path.getsize(path)
+        raise CheckpointError(f"checkpoint file {path} ({size} bytes) is not a readable GGUF file "
+                              f"(truncated or corrupt): {type(err).__name__}: {err}") from None
+    has_output = any(t.name == "output.weight" for t in reader.tensors)
+    cfg = config_from_gguf(reader, source=path, has_output=has_output, **overrides)
+    return cfg, GGUFSource(path, reader, cfg)

@@ -1,0 +1,90 @@
+"""Building blocks of the decoder: `Proj` (a multi-dimensional linear map), `RMSNorm`, `SwiGLU`.
+
+Every parameter is an `nnx.Param` carrying `logical_axes` metadata (names such as
+`embed, heads, kv_heads, head_dim, mlp, vocab`); `reasoner.sharding` maps those names to mesh
+axes through the single table in `configs/sharding_rules.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+def make_param(
+    rngs: nnx.Rngs | None,
+    shape: Sequence[int],
+    axes: Sequence[str | None],
+    *,
+    dtype,
+    init: str = "normal",
+) -> nnx.Param:
+    """A parameter of `shape` with its logical axis names; `init` in {normal (std 0.02), ones, zeros}."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != len(axes):
+        raise ValueError(f"shape {shape} and logical axes {tuple(axes)} differ in rank")
+    if init == "normal":
+        value = 0.02 * jax.random.normal(rngs.params(), shape, jnp.float32)
+    elif init == "ones":
+        value = jnp.ones(shape, jnp.float32)
+    elif init == "zeros":
+        value = jnp.zeros(shape, jnp.float32)
+    else:
+        raise ValueError(f"unknown init {init!r}")
+    return nnx.Param(value.astype(dtype), logical_axes=tuple(axes))
+
+
+class Proj(nnx.Module):
+    """y = x . kernel (+ bias), contracting the last `len(in_shape)` dims of x.
+
+    kernel: in_shape + out_shape, e.g. q_proj [embed, heads, head_dim], o_proj [heads, head_dim, embed].
+    `self.lora` is None or a `reasoner.models.lora.LoRA` adding a low-rank update (set by `apply_lora`).
+    """
+
+    def __init__(self, in_shape, out_shape, *, in_axes, out_axes, bias: bool, rngs, param_dtype, dtype):
+        self.in_shape, self.out_shape = tuple(in_shape), tuple(out_shape)
+        self.dtype = dtype
+        self.kernel = make_param(rngs, self.in_shape + self.out_shape, tuple(in_axes) + tuple(out_axes),
+                                 dtype=param_dtype)
+        self.bias = make_param(rngs, self.out_shape, out_axes, dtype=param_dtype, init="zeros") if bias else None
+        self.lora = None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        n_in = len(self.in_shape)
+        y = jnp.tensordot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), axes=n_in)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        if self.lora is not None:
+            y = y + self.lora(x, n_in=n_in).astype(y.dtype)
+        return y
+
+
+class RMSNorm(nnx.Module):
+    """x / rms(x) * scale over the last axis, computed in float32 (as transformers does)."""
+
+    def __init__(self, dim: int, *, eps: float, axis_name: str, rngs, param_dtype):
+        self.eps = eps
+        self.scale = make_param(rngs, (dim,), (axis_name,), dtype=param_dtype, init="ones")
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        dtype = x.dtype
+        x32 = x.astype(jnp.float32)
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        # transformers casts back to the input dtype before scaling
+        return self.scale[...].astype(dtype) * x32.astype(dtype)
+
+
+class SwiGLU(nnx.Module):
+    """down(silu(gate(x)) * up(x)); x_BxTxD -> BxTxD."""
+
+    def __init__(self, hidden: int, inner: int, *, rngs, param_dtype, dtype):
+        kw = dict(bias=False, rngs=rngs, param_dtype=param_dtype, dtype=dtype)
+        self.gate_proj = Proj((hidden,), (inner,), in_axes=("embed",), out_axes=("mlp",), **kw)
+        self.up_proj = Proj((hidden,), (inner,), in_axes=("embed",), out_axes=("mlp",), **kw)
+        self.down_proj = Proj((inner,), (hidden,), in_axes=("mlp",), out_axes=("embed",), **kw)
+
+    def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x_BxTxD)) * self.up_proj(x_BxTxD))
