@@ -212,3 +212,18 @@ def generate_split(*, seed: int, split: str, size: int, spec: DeepRDSpec = DeepR
     """Yield the split's problems in index order."""
     for index in range(size):
         yield generate_problem(seed=seed, split=split, index=index, spec=spec)
+
+
+def problem_record(problem: DeepRDProblem) -> dict:
+    """The dataset record of a problem (see `records`), after the host A* check; raises ValueError naming the
+    problem if it violates the spec."""
+    from reasoner.data.records import make_record
+    from search.hypergraph import compile_program
+
+    violations = check_problem(problem)
+    if violations:
+        raise ValueError(f"DeepRD problem {problem.id} violates the spec: {'; '.join(violations)}")
+    return make_record(qid=problem.id, context=problem_context(problem), question=problem.question,
+                       hg=compile_program(problem.program), goal=problem.goal_atom, depth=problem.lookahead,
+                       source={"lookahead": problem.lookahead, "branches": problem.branches,
+                               "vertices": len(problem.vertices), "edges": len(problem.edges)})

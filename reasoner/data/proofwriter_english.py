@@ -7,7 +7,7 @@ A (True), B (False) or C (Unknown). Sentences are mapped to atoms and rules by t
 Templates covered (ProofWriter's generator; "something"/"someone" is the variable `?x`, "it"/"they" refer back to it):
   facts       Bob is red. | Bob is not red. | The cat sees the dog. | The cat does not see the dog.
   universals  All red things are big. | Red, cold people are not big. | All young, quiet things are smart.
-  rules       If <clause> (and <clause>)* then <clause>.   with clauses like "something is red", "it is cold and
+  rules       If <clause> (and <clause>)* then <clause>.   (also DeepRD's logic mode "If someone is X, they are Y.")   with clauses like "something is red", "it is cold and
               not big", "they see the dog", "the tiger visits the dog", "Dave is smart", "it does not eat the cat".
 ProntoQA's categorical sentences are also accepted: "Every tumpus is a wumpus.", "Each yumpus is not sour.",
 "Tumpuses are wumpuses.", "Wren is a tumpus." (nouns and adjectives are both unary predicates; plurals are
@@ -193,7 +193,8 @@ def parse_sentence(sentence: str, *, name: str = "") -> Atom | Rule:
     try:
         if not text:
             raise SentenceError("empty sentence")
-        m = re.fullmatch(r"if (.+?),? then (.+)", text, flags=re.IGNORECASE)
+        m = re.fullmatch(r"if (.+?),? then (.+)", text, flags=re.IGNORECASE) or re.fullmatch(
+            r"if (.+?), ((?:they|it) .+)", text, flags=re.IGNORECASE)  # logic mode: "If someone is X, they are Y."
         if m:
             premises, subject = _conjunction(m.group(1), context_subject=None)
             conclusions, _ = _conjunction(m.group(2), context_subject=subject)
