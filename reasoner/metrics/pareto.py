@@ -1,0 +1,134 @@
+"""Accuracy-efficiency Pareto fronts and the plot of the A* paper's Figs. 2-4.
+
+A point dominates another when it is at least as good on both axes and strictly better on one (both axes
+are maximised: accuracy and efficiency are proportions where higher is better). The front is the set of
+points no other point dominates; identical points are all on it. The plot has one panel per efficiency
+measure (pushes, pops), accuracy on the y axis with its interval, efficiency on the x axis with its
+interval, front points ringed and joined by the staircase bounding the region they dominate, and optional dashed reference lines for the
+efficiency of the search algorithms themselves (Fig. 2's dashed lines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPoint:
+    """One evaluated model: accuracy and efficiencies, each with an optional (low, high) interval."""
+
+    label: str
+    accuracy: float
+    efficiency: Mapping[str, float]
+    accuracy_interval: tuple[float, float] | None = None
+    efficiency_interval: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    group: str = ""  # points of one group share a colour (e.g. one reward model)
+
+
+def pareto_front(points) -> np.ndarray:
+    """Indices (ascending) of the non-dominated rows of an [N, 2] array, both columns maximised.
+
+    Sort by the first axis descending (second descending for ties); a point is on the front iff its second
+    coordinate is >= the best second coordinate among points strictly better on the first axis, and it is not
+    beaten on the second axis by a point equal on the first. O(N log N).
+    """
+    pts = np.asarray(points, np.float64)
+    if pts.ndim != 2 or pts.shape[1] != 2:
+        raise ValueError(f"points of shape {pts.shape}: expected [N, 2]")
+    if not np.all(np.isfinite(pts)):
+        raise ValueError("points contain NaN or inf: a Pareto front needs finite coordinates")
+    if len(pts) == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort((-pts[:, 1], -pts[:, 0]))
+    on_front = np.zeros(len(pts), bool)
+    best_y_strictly_right = -np.inf  # best y among points with strictly larger x
+    i = 0
+    while i < len(order):
+        j = i
+        x = pts[order[i], 0]
+        while j < len(order) and pts[order[j], 0] == x:
+            j += 1
+        block = order[i:j]
+        block_best_y = pts[block[0], 1]  # sorted descending in y within equal x
+        for idx in block:
+            y = pts[idx, 1]
+            on_front[idx] = y == block_best_y and y > best_y_strictly_right
+        best_y_strictly_right = max(best_y_strictly_right, block_best_y)
+        i = j
+    return np.flatnonzero(on_front)
+
+
+def _front_of(points: Sequence[ModelPoint], key: str) -> np.ndarray:
+    return pareto_front([[p.efficiency[key], p.accuracy] for p in points])
+
+
+def plot_accuracy_efficiency(
+    points: Sequence[ModelPoint],
+    *,
+    path,
+    efficiency_keys: Sequence[str] = ("pushes", "pops"),
+    reference_efficiency: Mapping[str, Mapping[str, float]] | None = None,
+    title: str | None = None,
+) -> dict[str, list[str]]:
+    """Write a PNG with one accuracy-vs-efficiency panel per key; returns the front labels per key.
+
+    reference_efficiency: {key: {name: efficiency}} drawn as dashed vertical lines (e.g. A* itself).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not points:
+        raise ValueError("points is empty: nothing to plot")
+    for p in points:
+        missing = [k for k in efficiency_keys if k not in p.efficiency]
+        if missing:
+            raise ValueError(f"point {p.label!r} has no efficiency {missing}: expected keys {list(efficiency_keys)}")
+    groups = list(dict.fromkeys(p.group or p.label for p in points))
+    colours = {g: plt.get_cmap("tab10")(i % 10) for i, g in enumerate(groups)}
+    fig, axes = plt.subplots(1, len(efficiency_keys), figsize=(5.0 * len(efficiency_keys), 4.2), squeeze=False)
+    fronts: dict[str, list[str]] = {}
+    for ax, key in zip(axes[0], efficiency_keys):
+        front = set(_front_of(points, key).tolist())
+        fronts[key] = [points[i].label for i in sorted(front)]
+        for i, p in enumerate(points):
+            x, y = p.efficiency[key], p.accuracy
+            xerr = _err(x, p.efficiency_interval.get(key))
+            yerr = _err(y, p.accuracy_interval)
+            colour = colours[p.group or p.label]
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=colour, ecolor=colour, alpha=0.9, capsize=3,
+                        markersize=8 if i in front else 6, markeredgecolor="black" if i in front else colour,
+                        markeredgewidth=2 if i in front else 1, label=p.label)
+        front_xy = sorted((points[i].efficiency[key], points[i].accuracy) for i in front)
+        if len(front_xy) > 1:
+            fx, fy = zip(*front_xy)
+            ax.step(fx, fy, where="pre", color="black", linewidth=1, alpha=0.5)
+        for j, (name, value) in enumerate((reference_efficiency or {}).get(key, {}).items()):
+            ax.axvline(value, linestyle="--", color=plt.get_cmap("Dark2")(j % 8), linewidth=1, label=name)
+        ax.set_xlabel(f"efficiency ({key})")
+        ax.set_ylabel("accuracy")
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(labels) // 4), 1, 1))
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fronts
+
+
+def _err(value: float, interval: tuple[float, float] | None):
+    if interval is None:
+        return None
+    low, high = interval
+    return [[max(value - low, 0.0)], [max(high - value, 0.0)]]
