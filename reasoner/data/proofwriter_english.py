@@ -10,8 +10,8 @@ Templates covered (ProofWriter's generator; "something"/"someone" is the variabl
   rules       If <clause> (and <clause>)* then <clause>.   (also DeepRD's logic mode "If someone is X, they are Y.")   with clauses like "something is red", "it is cold and
               not big", "they see the dog", "the tiger visits the dog", "Dave is smart", "it does not eat the cat".
 ProntoQA's categorical sentences are also accepted: "Every tumpus is a wumpus.", "Each yumpus is not sour.",
-"Tumpuses are wumpuses.", "Wren is a tumpus." (nouns and adjectives are both unary predicates; plurals are
-singularized so "tumpuses"/"tumpus" meet). Anything else raises `SentenceError`, which loaders collect with ids.
+"Tumpuses are wumpuses.", "Wren is a tumpus." (nouns and adjectives are both unary predicates; the plurals of
+plural generics are singularized so "tumpuses"/"tumpus" meet). Anything else raises `SentenceError`, which loaders collect with ids.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _predicate(subject: str, words: list[str], *, plural: bool) -> Atom:
             rest = rest[1:]
         if len(rest) != 1 or not rest[0].replace("-", "").isalpha():
             raise SentenceError(f"expected one adjective or noun after {head!r}, got {' '.join(words[1:])!r}")
-        atom = Atom(_singular(rest[0]), (subject,))
+        atom = Atom(rest[0], (subject,))
         return atom if positive else negate(atom)
     if head in ("does", "do"):
         if len(words) < 3 or words[1].lower() != "not":
@@ -148,7 +148,7 @@ def _conjunction(text: str, *, context_subject: str | None) -> tuple[list[Atom],
         if bare:
             if not atoms[-1].args or len(atoms[-1].args) != 1:
                 raise SentenceError(f"bare {part!r} must follow an 'is' clause")
-            atom = Atom(_singular(lowered[-1]), (atoms[-1].args[0],))
+            atom = Atom(lowered[-1], (atoms[-1].args[0],))
             atoms.append(atom if len(words) == 1 else negate(atom))
             continue
         atom = _clause(words, context_subject=subject)
@@ -182,8 +182,10 @@ def _universal(words: list[str], name: str) -> Rule | None:
         right = right[1:]
     if len(right) != 1 or not right[0].isalpha():
         return None
-    premises = tuple(Atom(_singular(a), (VARIABLE,)) for a in adjectives)
-    conclusion = Atom(_singular(right[0]), (VARIABLE,))
+    # Only plural generics ("Tumpuses are wumpuses") need singular predicates to meet "Wren is a tumpus".
+    norm = _singular if low[cut] == "are" else (lambda w: w)
+    premises = tuple(Atom(norm(a), (VARIABLE,)) for a in adjectives)
+    conclusion = Atom(norm(right[0]), (VARIABLE,))
     return Rule(premises, conclusion if positive else negate(conclusion), name)
 
 
