@@ -1,0 +1,107 @@
+"""Device heuristics and inside weights for the A* kernel (issue 5, item 3), for ONE problem (vmapped by callers).
+
+Same definitions as the host `search.heuristics` (the reference):
+* inside weights: w = a0 on axioms (0 for cost "max", 1 for "sum"), then Bellman-Ford style relaxation
+  w[head] <- min(w[head], g(w[premises])) until nothing changes (a fixpoint equals Knuth's Dijkstra result);
+* "zero": h = 0;
+* "dependency": min-plus relaxation on the unary relaxed graph (premise -> head, cost 1): h[goal] = 0,
+  h[p] <- min(h[p], 1 + h[head]) until nothing changes (host: BFS distance to the goal);
+* "true": on-path marking from the goal over tight hyperedges (g(premise weights) == w[head]); on-path h = w_G - w,
+  off-path h = inf; all inf when the goal is not a theorem (goal id -1).
+
+Shapes: premises_MxK (int32, -1 pad), head_M (-1 pad), n_atoms N from the array sizes; results are float32 [N].
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["edge_costs", "inside_weights", "dependency_h", "true_h", "heuristic_h", "HEURISTICS", "axiom_weight"]
+
+HEURISTICS = ("zero", "dependency", "true")
+_INF = jnp.inf
+
+
+def axiom_weight(cost: str) -> float:
+    if cost not in ("max", "sum"):
+        raise ValueError(f"cost {cost!r} is not one of ('max', 'sum')")
+    return 0.0 if cost == "max" else 1.0
+
+
+def edge_costs(w_N, premises_MxK, *, cost: str):
+    """g(w[premises]) per hyperedge: 1 + max (cost "max") or 1 + sum ("sum"); padded slots count as 0."""
+    pm = premises_MxK >= 0
+    pw = jnp.where(pm, w_N[jnp.maximum(premises_MxK, 0)], 0.0)
+    return 1.0 + (jnp.max(pw, axis=1) if cost == "max" else jnp.sum(pw, axis=1))
+
+
+def _fixpoint(step, x0):
+    """Iterate x <- step(x) until it stops changing."""
+    def cond(c):
+        return c[1]
+
+    def body(c):
+        x = c[0]
+        y = step(x)
+        return y, jnp.any(y != x)
+
+    return jax.lax.while_loop(cond, body, (x0, jnp.array(True)))[0]
+
+
+def inside_weights(axiom_mask_N, premises_MxK, head_M, *, cost: str):
+    """Shortest-proof weight of every atom, float32 [N] (inf for atoms without a proof and padding)."""
+    n = axiom_mask_N.shape[0]
+    w0 = jnp.where(axiom_mask_N, axiom_weight(cost), _INF).astype(jnp.float32)
+    tgt = jnp.where(head_M >= 0, head_M, n)  # padding edges write out of bounds: dropped
+
+    def step(w):
+        return w.at[tgt].min(edge_costs(w, premises_MxK, cost=cost), mode="drop")
+
+    return _fixpoint(step, w0)
+
+
+def dependency_h(goal, premises_MxK, head_M, n_atoms: int):
+    """Distance to the goal in the unary relaxed graph, float32 [N] (inf if unreachable or goal == -1)."""
+    idx = jnp.arange(n_atoms)
+    h0 = jnp.where((idx == goal) & (goal >= 0), 0.0, _INF).astype(jnp.float32)
+    valid = (premises_MxK >= 0) & (head_M >= 0)[:, None]
+    tgt = jnp.where(valid, premises_MxK, n_atoms)
+
+    def step(h):
+        val = 1.0 + h[jnp.maximum(head_M, 0)]
+        return h.at[tgt].min(jnp.broadcast_to(val[:, None], tgt.shape), mode="drop")
+
+    return _fixpoint(step, h0)
+
+
+def true_h(goal, w_N, premises_MxK, head_M, *, cost: str):
+    """Outside weights of on-path items (w_G - w), inf elsewhere, float32 [N]."""
+    n = w_N.shape[0]
+    hs = jnp.maximum(head_M, 0)
+    tight = (head_M >= 0) & (edge_costs(w_N, premises_MxK, cost=cost) == w_N[hs])
+    idx = jnp.arange(n)
+    on0 = (idx == goal) & (goal >= 0)
+    tgt = jnp.where((premises_MxK >= 0) & tight[:, None], premises_MxK, n)
+
+    def step(on):
+        src = jnp.broadcast_to(on[hs][:, None], tgt.shape)
+        return on.at[tgt].max(src, mode="drop")
+
+    on = _fixpoint(step, on0)
+    wg = w_N[jnp.maximum(goal, 0)]
+    return jnp.where(on, wg - w_N, _INF).astype(jnp.float32)
+
+
+def heuristic_h(name: str, *, goal, axiom_mask_N, premises_MxK, head_M, cost: str, w_N=None):
+    """h [N] for heuristic `name` ("zero" | "dependency" | "true"); `w_N` reuses precomputed inside weights."""
+    n = axiom_mask_N.shape[0]
+    if name == "zero":
+        return jnp.zeros((n,), jnp.float32)
+    if name == "dependency":
+        return dependency_h(goal, premises_MxK, head_M, n)
+    if name == "true":
+        if w_N is None:
+            w_N = inside_weights(axiom_mask_N, premises_MxK, head_M, cost=cost)
+        return true_h(goal, w_N, premises_MxK, head_M, cost=cost)
+    raise ValueError(f"heuristic {name!r} is not one of {HEURISTICS}")

@@ -1,0 +1,171 @@
+"""Compile (program, goal) hypergraphs to padded, bucketed integer tensors for the jitted A* kernel (issue 5, item 1).
+
+A problem is first reduced to `HypergraphArrays` (host NumPy, exact sizes), then a list of them is padded into one
+`ProblemBatch` whose sizes are rounded up to power-of-two buckets so a run compiles only a few shapes:
+
+  N  atoms (vertices of the minimal model)           axiom_order_BxN  atom ids in the host's axiom push order, -1 pad
+  M  hyperedges in the host's canonical order         premises_BxMxK   premise atom ids, -1 pad;  head_BxM (-1 pad)
+  K  premise slots                                   goal_B           goal atom id, -1 when the goal is not a theorem
+  D  hyperedges per atom as a premise                out_edges_BxNxD  ascending hyperedge ids where the atom is a premise
+  n_atoms_B, n_edges_B                               real sizes (everything at or past them is padding)
+
+Hyperedge id m is the m-th hyperedge of the host compile, so a push trace of ids is comparable with the host trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["HypergraphArrays", "ProblemBatch", "Buckets", "BucketError", "pack_batch", "bucket_size"]
+
+
+class BucketError(ValueError):
+    """A problem is larger than the biggest allowed size bucket."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HypergraphArrays:
+    """One (program, goal) hypergraph as exact-size host arrays.
+
+    premises: tuple of premise-id tuples, one per hyperedge in canonical order (repeated premises allowed).
+    heads: head atom id per hyperedge.  axiom_order: axiom atom ids in the order the host pushes them.
+    goal: goal atom id or -1 (goal not in the minimal model).  name: used in error messages.
+    """
+
+    n_atoms: int
+    axiom_order: tuple[int, ...]
+    premises: tuple[tuple[int, ...], ...]
+    heads: tuple[int, ...]
+    goal: int
+    name: str = ""
+
+    def __post_init__(self):
+        where = f"problem {self.name!r}" if self.name else "problem"
+        if len(self.premises) != len(self.heads):
+            raise ValueError(f"{where}: {len(self.premises)} premise tuples but {len(self.heads)} heads "
+                             "(expected one head per hyperedge)")
+        ids = [a for p in self.premises for a in p] + list(self.heads) + list(self.axiom_order)
+        bad = [a for a in ids if not 0 <= a < self.n_atoms]
+        if bad:
+            raise ValueError(f"{where}: atom ids {sorted(set(bad))[:5]} outside [0, {self.n_atoms}) "
+                             "(expected ids of the compiled atoms)")
+        if not -1 <= self.goal < self.n_atoms:
+            raise ValueError(f"{where}: goal id {self.goal} outside [-1, {self.n_atoms})")
+        if any(len(p) == 0 for p in self.premises):
+            raise ValueError(f"{where}: a hyperedge without premises (expected axioms in axiom_order instead)")
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.heads)
+
+    @property
+    def max_premises(self) -> int:
+        return max((len(p) for p in self.premises), default=1)
+
+    def out_degree(self) -> np.ndarray:
+        """Number of distinct hyperedges each atom is a premise of, shape [n_atoms]."""
+        deg = np.zeros(self.n_atoms, np.int64)
+        for prem in self.premises:
+            for a in set(prem):
+                deg[a] += 1
+        return deg
+
+
+def bucket_size(n: int, *, minimum: int = 8) -> int:
+    """Smallest power of two >= max(n, minimum)."""
+    n = max(int(n), minimum)
+    return 1 << (n - 1).bit_length()
+
+
+@dataclasses.dataclass(frozen=True)
+class Buckets:
+    """Largest sizes a batch may be padded to; a bigger problem raises BucketError naming itself and its sizes."""
+
+    max_atoms: int = 1 << 15
+    max_edges: int = 1 << 16
+    max_premises: int = 16
+    max_out_degree: int = 1 << 12
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ProblemBatch:
+    """Padded batch of hypergraphs (see module docstring for the shapes)."""
+
+    axiom_order_BxN: jax.Array
+    premises_BxMxK: jax.Array
+    head_BxM: jax.Array
+    out_edges_BxNxD: jax.Array
+    goal_B: jax.Array
+    n_atoms_B: jax.Array
+    n_edges_B: jax.Array
+
+    @property
+    def batch(self) -> int:
+        return self.head_BxM.shape[0]
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        """(N, M, K, D) padded sizes."""
+        _, m, k = self.premises_BxMxK.shape
+        _, n, d = self.out_edges_BxNxD.shape
+        return n, m, k, d
+
+
+def _check_bucket(p: HypergraphArrays, index: int, buckets: Buckets) -> None:
+    sizes = {"atoms": (p.n_atoms, buckets.max_atoms), "hyperedges": (p.n_edges, buckets.max_edges),
+             "premises per hyperedge": (p.max_premises, buckets.max_premises),
+             "hyperedges per atom": (int(p.out_degree().max(initial=0)), buckets.max_out_degree)}
+    over = {k: v for k, v in sizes.items() if v[0] > v[1]}
+    if over:
+        what = ", ".join(f"{k}={v[0]} > {v[1]}" for k, v in over.items())
+        raise BucketError(f"problem {index} ({p.name or 'unnamed'}) exceeds the size buckets: {what} "
+                          f"(sizes: atoms={p.n_atoms}, hyperedges={p.n_edges}, premises={p.max_premises}); "
+                          "split it out or raise Buckets limits")
+
+
+def pack_batch(problems: Sequence[HypergraphArrays], *, buckets: Buckets = Buckets(),
+               min_sizes: tuple[int, int, int, int] = (8, 8, 1, 1), pad_batch_to: int = 1) -> ProblemBatch:
+    """Pad `problems` to one bucketed shape. `pad_batch_to` rounds the batch up (e.g. to the device count) with
+    empty problems (no atoms, goal -1) that finish at once. Returns NumPy-backed arrays in a ProblemBatch."""
+    if len(problems) == 0:
+        raise ValueError("pack_batch: empty list of problems (expected at least one)")
+    for i, p in enumerate(problems):
+        _check_bucket(p, i, buckets)
+    n = bucket_size(max(p.n_atoms for p in problems), minimum=min_sizes[0])
+    m = bucket_size(max(p.n_edges for p in problems), minimum=min_sizes[1])
+    k = bucket_size(max(p.max_premises for p in problems), minimum=min_sizes[2])
+    d = bucket_size(max(int(p.out_degree().max(initial=0)) for p in problems), minimum=min_sizes[3])
+    b = -(-len(problems) // pad_batch_to) * pad_batch_to
+    axiom_order = np.full((b, n), -1, np.int32)
+    premises = np.full((b, m, k), -1, np.int32)
+    head = np.full((b, m), -1, np.int32)
+    out_edges = np.full((b, n, d), -1, np.int32)
+    goal = np.full((b,), -1, np.int32)
+    n_atoms = np.zeros((b,), np.int32)
+    n_edges = np.zeros((b,), np.int32)
+    for i, p in enumerate(problems):
+        axiom_order[i, :len(p.axiom_order)] = p.axiom_order
+        for j, prem in enumerate(p.premises):
+            premises[i, j, :len(prem)] = prem
+        head[i, :p.n_edges] = p.heads
+        fill = np.zeros(p.n_atoms, np.int64)
+        for j, prem in enumerate(p.premises):  # ascending j keeps each list in canonical order
+            for a in dict.fromkeys(prem):
+                out_edges[i, a, fill[a]] = j
+                fill[a] += 1
+        goal[i] = p.goal
+        n_atoms[i] = p.n_atoms
+        n_edges[i] = p.n_edges
+    return ProblemBatch(axiom_order, premises, head, out_edges, goal, n_atoms, n_edges)
+
+
+def to_device(batch: ProblemBatch, sharding=None) -> ProblemBatch:
+    """Move a NumPy-backed batch to device (optionally with a batch-axis sharding)."""
+    return jax.tree.map(lambda x: jax.device_put(jnp.asarray(x), sharding), batch)
