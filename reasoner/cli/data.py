@@ -1,0 +1,134 @@
+"""`reasoner data build deeprd|proofwriter`: build the TFDS A* datasets and print split sizes and figures.
+
+    reasoner data build deeprd [--data-dir DIR] [--seed 0] [--train 2000 --validation 200 --test 500]
+                               [--lookahead 5 10] [--branches 4 8] [--jsonl OUT]
+    reasoner data build proofwriter --manual-dir DIR [--source raw|logic-llm] [--world OWA] [--depth-dir depth-5]
+                                    [--min-depth 3] [--file SPLIT=PATH ...]
+
+TFDS shows a progress bar per split. The printed figures (JSON on stdout, last line) are the split sizes and the
+mean/median pushes and pops of host A* per heuristic (paper Figs. 5-6), plus push histograms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("data", help="build the A* datasets (TFDS, array_record)")
+    sub = parser.add_subparsers(dest="data_command", metavar="ACTION")
+    sub.required = True
+    build = sub.add_parser("build", help="build a dataset and print its figures")
+    which = build.add_subparsers(dest="dataset", metavar="DATASET")
+    which.required = True
+
+    deeprd = which.add_parser("deeprd", help="generate DeepRD (defaults: 2000/200/500, L 5..10, B 4..8)")
+    deeprd.add_argument("--data-dir", default=None, help="TFDS data dir (default: TFDS's)")
+    deeprd.add_argument("--seed", type=int, default=0)
+    deeprd.add_argument("--train", type=int, default=2000)
+    deeprd.add_argument("--validation", type=int, default=200)
+    deeprd.add_argument("--test", type=int, default=500)
+    deeprd.add_argument("--lookahead", type=int, nargs=2, default=(5, 10), metavar=("MIN", "MAX"))
+    deeprd.add_argument("--branches", type=int, nargs=2, default=(4, 8), metavar=("MIN", "MAX"))
+    deeprd.add_argument("--jsonl", default=None, help="also write every split as JSON lines to this path prefix")
+    deeprd.set_defaults(func=_build_deeprd)
+
+    pw = which.add_parser("proofwriter", help="ProofWriter from a manual dir (raw release or Logic-LLM JSON)")
+    pw.add_argument("--data-dir", default=None, help="TFDS data dir (default: TFDS's)")
+    pw.add_argument("--manual-dir", default=None, help="folder of the raw release or of Logic-LLM *.json files")
+    pw.add_argument("--source", default="raw", choices=("raw", "logic-llm"))
+    pw.add_argument("--world", default="OWA", choices=("OWA", "CWA"))
+    pw.add_argument("--depth-dir", default="depth-5")
+    pw.add_argument("--min-depth", type=int, default=3)
+    pw.add_argument("--file", action="append", default=[], metavar="SPLIT=PATH",
+                    help="explicit split file (repeatable); overrides discovery in --manual-dir")
+    pw.set_defaults(func=_build_proofwriter)
+
+
+def _config_name(prefix: str, params: dict) -> str:
+    digest = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{prefix}_{digest}"
+
+
+def _report(builder, extra: dict) -> None:
+    from reasoner.data.records import figures, format_figures
+    from reasoner.data.tfds_builders import read_splits
+
+    figs = figures(read_splits(builder))
+    print(format_figures(figs), file=sys.stderr)
+    print(json.dumps({"dataset": builder.name, "config": builder.builder_config.name, "data_dir": str(builder.data_dir),
+                      **extra, "splits": figs}))
+
+
+def _build_deeprd(args) -> int:
+    from reasoner.data.deeprd import DeepRDSpec
+    from reasoner.data.tfds_builders import Deeprd, DeeprdConfig, read_splits
+
+    try:
+        spec = DeepRDSpec(min_lookahead=args.lookahead[0], max_lookahead=args.lookahead[1],
+                          min_branches=args.branches[0], max_branches=args.branches[1])
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    params = {"seed": args.seed, "train": args.train, "validation": args.validation, "test": args.test,
+              "spec": [spec.min_lookahead, spec.max_lookahead, spec.min_branches, spec.max_branches,
+                       spec.extra_ratio, spec.max_degree]}
+    config = DeeprdConfig(name=_config_name("deeprd", params), seed=args.seed, train=args.train,
+                          validation=args.validation, test=args.test, spec=spec)
+    builder = Deeprd(config=config, data_dir=args.data_dir, file_format="array_record")
+    builder.download_and_prepare()
+    if args.jsonl:
+        for split, records in read_splits(builder).items():
+            with open(f"{args.jsonl}.{split}.jsonl", "w", encoding="utf-8") as fh:
+                for rec in records:
+                    fh.write(json.dumps(_plain(rec)) + "\n")
+    _report(builder, {"params": params})
+    return 0
+
+
+def _plain(rec: dict) -> dict:
+    out = {}
+    for k, v in rec.items():
+        if isinstance(v, bytes):
+            out[k] = v.decode("utf-8")
+        elif hasattr(v, "tolist"):
+            out[k] = v.tolist()
+        else:
+            out[k] = v
+    return out
+
+
+def _build_proofwriter(args) -> int:
+    import tensorflow_datasets as tfds
+
+    from reasoner.data.tfds_builders import ProofwriterAstar, ProofwriterConfig
+
+    files: dict[str, list[str]] = {}
+    for item in args.file:
+        split, sep, path = item.partition("=")
+        if not sep or not split or not path:
+            print(f"error: --file {item!r}: expected SPLIT=PATH", file=sys.stderr)
+            return 2
+        files.setdefault(split, []).append(path)
+    if not files and not args.manual_dir:
+        print("error: give --manual-dir (raw release / Logic-LLM folder) or --file SPLIT=PATH", file=sys.stderr)
+        return 2
+    params = {"source": args.source, "world": args.world, "depth_dir": args.depth_dir, "min_depth": args.min_depth,
+              "files": files, "manual_dir": args.manual_dir}
+    config = ProofwriterConfig(name=_config_name("proofwriter", params), source=args.source, world=args.world,
+                               depth_dir=args.depth_dir, min_depth=args.min_depth, files=files)
+    builder = ProofwriterAstar(config=config, data_dir=args.data_dir, file_format="array_record")
+    dl_config = tfds.download.DownloadConfig(manual_dir=args.manual_dir) if args.manual_dir else None
+    try:
+        builder.download_and_prepare(download_config=dl_config)
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    skipped = builder.load_report.skipped + builder.filter_report.skipped + builder.english_skipped
+    for qid, reason in skipped:
+        print(json.dumps({"id": qid, "skipped": reason}), file=sys.stderr)
+    _report(builder, {"params": params, "load": builder.load_report.as_dict(),
+                      "filter": dict(builder.filter_report.counts), "skipped_items": len(skipped)})
+    return 0
