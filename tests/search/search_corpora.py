@@ -136,3 +136,43 @@ def deeprd_like(rng: random.Random, *, depth: int, branches: int, entity: str = 
             goal = Atom(prev, (entity,))
     rng.shuffle(rules)
     return Program(axioms=(Atom(start, (entity,)),), rules=tuple(rules)), goal
+
+
+def _rep_atom(tokens: list[str]) -> tuple[Atom, bool]:
+    """('Bob','is','smart','+') -> (Atom, negation-as-failure?) in the encoding documented in search.verbalize."""
+    subj, verb, obj, pol = tokens
+    var = lambda t: "?x" if t == "something" else t  # noqa: E731
+    if verb == "is":
+        a = Atom(obj if pol != "-" else "not_" + obj, (var(subj),))
+    else:
+        a = Atom(verb if pol != "-" else "not_" + verb, (var(subj), var(obj)))
+    return a, pol == "~"
+
+
+def proofwriter_raw(path) -> list[tuple[Program, Atom, int, tuple[str, ...], str]]:
+    """(program, goal, QDep, rule sentences, question id) for every `proof`/`inv-proof` question of a raw
+    ProofWriter file whose proof uses no negation-as-failure; NAF rules are left out of the program."""
+    import json
+    import re
+
+    out = []
+    for line in open(path):
+        d = json.loads(line)
+        axioms = tuple(_rep_atom(re.findall(r'"([^"]*)"', t["representation"]))[0] for t in d["triples"].values())
+        rules, texts = [], []
+        for r in d["rules"].values():
+            lhs, rhs = r["representation"].split("->")
+            prem = [_rep_atom(re.findall(r'"([^"]*)"', g)) for g in re.findall(r"\(([^()]*)\)", lhs)]
+            concl, _ = _rep_atom(re.findall(r'"([^"]*)"', rhs))
+            if any(naf for _, naf in prem):
+                continue
+            rules.append(Rule(tuple(a for a, _ in prem), concl))
+            texts.append(r["text"])
+        prog = Program(axioms=axioms, rules=tuple(rules))
+        for qid, q in d["questions"].items():
+            if q["strategy"] not in ("proof", "inv-proof") or "NAF" in q["proofs"]:
+                continue
+            goal, _ = _rep_atom(re.findall(r'"([^"]*)"', q["representation"]))
+            goal = Atom(goal.predicate.removeprefix("not_"), goal.args)  # inv-proof: the positive statement is proved
+            out.append((prog, goal, q["QDep"], tuple(texts), f"{d['id']}/{qid}"))
+    return out
