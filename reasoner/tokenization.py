@@ -38,9 +38,13 @@ def _resolve_source(model: str | os.PathLike) -> pathlib.Path:
         return path
     if os.sep in str(model) or path.suffix == ".gguf":
         raise FileNotFoundError(f"tokenizer source {model} does not exist")
-    from reasoner.models.presets import resolve_model_path  # presets know where embedded models live
+    from reasoner.models.presets import PRESETS, resolve  # presets know where embedded models live
 
-    return pathlib.Path(resolve_model_path(str(model)))
+    if str(model) not in PRESETS:
+        raise FileNotFoundError(
+            f"tokenizer source {model!r} is neither an existing path nor a preset (known presets: {', '.join(PRESETS)})"
+        )
+    return pathlib.Path(resolve(str(model)))
 
 
 def load_tokenizer(model: str | os.PathLike):

@@ -66,3 +66,13 @@ def test_bad_messages_raise(tok, bad):
 def test_missing_source_raises(tmp_path):
     with pytest.raises(FileNotFoundError, match="tokenizer"):
         tokenization.load_tokenizer(tmp_path / "empty_dir_that_is_missing" / "x")
+
+
+def test_preset_name_resolves(tok):
+    by_name = tokenization.load_tokenizer("smollm2-135m-instruct")
+    assert by_name.get_vocab() == tok.get_vocab()
+
+
+def test_unknown_preset_raises():
+    with pytest.raises(FileNotFoundError, match="known presets"):
+        tokenization.load_tokenizer("no-such-model")
