@@ -84,6 +84,12 @@ class ProblemScorer:
         f = self.f[name]
         return float(sum(f[p] for p in v_pops))
 
+    def score_text(self, text: str, verbalizer) -> Scores:
+        """Model output -> Scores, through search.parse with this problem's Verbalizer. Never raises on the text."""
+        from search.parse import parse_trace
+
+        return self.score_steps(parse_trace(text, verbalizer).steps)
+
     def score_steps(self, steps: Sequence) -> Scores:
         """Steps with .rule, .premises, .conclusion (search.parse.ParsedStep, search.astar.TraceStep)."""
         return self.score_edges(step_edges(self.hg, steps))
