@@ -1,0 +1,70 @@
+"""A*-post-training rewards (paper §3.2 Eq. 7, §4.1) as registry functions over dataset records.
+
+Each completion is a verbalized search trace; it is parsed with `search.parse.parse_trace` (never raises;
+an unparseable completion is an incorrect trace and scores 0) and scored by `search.rewards.ProblemScorer`:
+  correctness       1 if the trace proves the goal, else 0
+  step_count        Eq. 7 with x = proof steps, alpha = steps of the shortest proof
+  astar_dependency  Eq. 7 with x = sum of f over V_pops, A* with the dependency heuristic
+  astar_true        Eq. 7 with x = sum of f over V_pops, A* with the true cost-to-go
+Examples are the records of `reasoner.data.records` (fields `program` and `goal`, JSON) with an optional
+`rule_texts` list (the theory's rule sentences, as the verbalizer used them). The scorer of a (program, goal)
+is cached, since the G completions of a prompt share it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+
+from reasoner.rewards.registry import completion_text, register_reward
+from search.rewards import REWARDS
+
+_SCORER_CACHE_SIZE = 256
+
+
+def _key(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=_SCORER_CACHE_SIZE)
+def _scorer_and_verbalizer(program_json: str, goal_json: str, dataset: str, rule_texts: tuple[str, ...] | None,
+                           cost: str):
+    from reasoner.data.program_json import atom_from_json, program_from_json
+    from search.rewards import ProblemScorer
+    from search.verbalize import Verbalizer
+
+    program = program_from_json(program_json)
+    goal = atom_from_json(goal_json)
+    verbalizer = Verbalizer(program, dataset=dataset, rule_texts=list(rule_texts) if rule_texts else None)
+    return ProblemScorer(program, goal, cost=cost), verbalizer
+
+
+def score_completion(text: str, example: Mapping, *, dataset: str, cost: str = "max"):
+    """`search.rewards.Scores` of one completion against its record."""
+    from search.parse import parse_trace
+
+    for field in ("program", "goal"):
+        if field not in example:
+            raise KeyError(f"example has no {field!r} field (keys: {sorted(example)}): expected an A* record")
+    rule_texts = example.get("rule_texts")
+    scorer, verbalizer = _scorer_and_verbalizer(
+        _key(example["program"]), _key(example["goal"]), dataset, tuple(rule_texts) if rule_texts else None, cost
+    )
+    return scorer.score_steps(parse_trace(text, verbalizer).steps)
+
+
+@register_reward("astar")
+def astar_reward(*, reward: str = "astar_true", dataset: str = "deeprd", cost: str = "max"):
+    """One of `search.rewards.REWARDS` for each completion; `dataset` picks the verbalizer templates."""
+    if reward not in REWARDS:
+        raise ValueError(f"reward={reward!r}: expected one of {REWARDS}")
+
+    def fn(completions, *, examples):
+        return [
+            score_completion(completion_text(c), e, dataset=dataset, cost=cost).rewards[reward]
+            for c, e in zip(completions, examples)
+        ]
+
+    fn.__name__ = reward
+    return fn

@@ -1,0 +1,106 @@
+"""Answer-matching correctness rewards: CEDAR-GRPO Table 8's exact, label, integer and set verifiers.
+
+Completions follow CEDAR's `<think>...</think><answer>...</answer>` format; correctness reads only the answer
+span (the last complete one). A missing span scores 0 (CEDAR App. D.2), as does an unparseable answer.
+Set `span_tag=None` to score the whole completion instead. The gold answer is `example[answer_key]`.
+
+  exact_match    normalize="lower_ws": collapse whitespace, strip, lowercase (AbductionRules);
+                 normalize="upper": strip and uppercase (CauseLogics, ClimateFever labels);
+                 normalize="strip": strip only.
+  integer_match  the first standalone integer of the answer equals the gold integer (BalancedCOPA's
+                 one-based label).
+  set_match      the set of standalone integers of the answer equals the gold set (UniADILR's proof
+                 sentence ids); order and duplicates are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from reasoner.rewards.registry import completion_text, register_reward
+
+_NORMALIZERS = {
+    "lower_ws": lambda s: " ".join(s.split()).lower(),
+    "upper": lambda s: s.strip().upper(),
+    "strip": lambda s: s.strip(),
+}
+# A run of digits not glued to letters, digits, or a decimal point: "3", "(3)", "3," but not "s3", "3.5", "3x".
+_STANDALONE_INT = re.compile(r"(?<![\w.])[-+]?\d+(?![\w]|\.\d)")
+
+
+def extract_span(text: str, tag: str = "answer") -> str | None:
+    """Content of the last complete `<tag>...</tag>` span, or None when there is none."""
+    matches = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, flags=re.DOTALL)
+    return matches[-1] if matches else None
+
+
+def standalone_integers(text: str) -> list[int]:
+    """Integers written on their own in `text`, in order (see `_STANDALONE_INT`)."""
+    return [int(m) for m in _STANDALONE_INT.findall(text)]
+
+
+def _answers(completions: Sequence, span_tag: str | None) -> list[str | None]:
+    texts = [completion_text(c) for c in completions]
+    return texts if span_tag is None else [extract_span(t, span_tag) for t in texts]
+
+
+def _gold(example: Mapping, answer_key: str):
+    if answer_key not in example:
+        raise KeyError(f"example has no {answer_key!r} field (keys: {sorted(example)})")
+    return example[answer_key]
+
+
+@register_reward("exact_match")
+def exact_match(*, answer_key: str = "answer", normalize: str = "lower_ws", span_tag: str | None = "answer"):
+    """1.0 when the normalised answer equals the normalised gold string, else 0.0."""
+    if normalize not in _NORMALIZERS:
+        raise ValueError(f"normalize={normalize!r}: expected one of {sorted(_NORMALIZERS)}")
+    norm = _NORMALIZERS[normalize]
+
+    def reward(completions, *, examples):
+        out = []
+        for answer, example in zip(_answers(completions, span_tag), examples):
+            gold = _gold(example, answer_key)
+            out.append(float(answer is not None and norm(answer) == norm(str(gold))))
+        return out
+
+    return reward
+
+
+@register_reward("integer_match")
+def integer_match(*, answer_key: str = "answer", span_tag: str | None = "answer"):
+    """1.0 when the answer's first standalone integer equals int(gold), else 0.0."""
+
+    def reward(completions, *, examples):
+        out = []
+        for answer, example in zip(_answers(completions, span_tag), examples):
+            gold = int(_gold(example, answer_key))
+            ints = standalone_integers(answer) if answer is not None else []
+            out.append(float(bool(ints) and ints[0] == gold))
+        return out
+
+    return reward
+
+
+def _gold_set(gold) -> set[int]:
+    if isinstance(gold, str):
+        return set(standalone_integers(gold))
+    if isinstance(gold, Iterable):
+        return {int(g) for g in gold}
+    return {int(gold)}
+
+
+@register_reward("set_match")
+def set_match(*, answer_key: str = "answer", span_tag: str | None = "answer"):
+    """1.0 when the set of standalone integers in the answer equals the gold set (non-empty), else 0.0."""
+
+    def reward(completions, *, examples):
+        out = []
+        for answer, example in zip(_answers(completions, span_tag), examples):
+            gold = _gold_set(_gold(example, answer_key))
+            predicted = set(standalone_integers(answer)) if answer is not None else set()
+            out.append(float(bool(gold) and predicted == gold))
+        return out
+
+    return reward

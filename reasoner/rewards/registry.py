@@ -1,0 +1,286 @@
+"""Named reward functions, combined with weights, that never let one bad completion stop a GRPO step.
+
+A reward function has the signature `fn(completions, *, examples) -> list[float | None | RewardFailure]`:
+`completions` are the B texts (or chat message lists, see `completion_text`), `examples` the B dataset rows
+they answer (the prompt's row repeated G times). Per completion it returns a float, None when the function
+does not apply to that completion (TRL's convention: left out of the weighted sum), or a `RewardFailure`
+(e.g. a verifier timeout) that scores 0 and is counted.
+
+`CompositeReward` calls each function on the batch and sanitises the result:
+  - the batch call raises: the function is called again on each completion alone, so only the completions that
+    raise get 0; `TimeoutError` counts as a timeout, anything else as an error;
+  - a value is NaN or +-inf: 0, counted as non_finite;
+  - the call exceeds the function's `timeout_s`: every completion of the batch gets 0, counted as timeouts
+    (Python threads cannot be killed: put work that may hang behind the verifier process pool, which kills);
+  - a wrong number of values or a non-numeric value is a bug in the function: ValueError naming it.
+The total is sum_f w_f * r_f over the applicable functions (NaN when none applies), the NaN-aware
+sum-then-normalise of TRL that `trainers.grpo_loss.group_advantages` expects.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+RewardFn = Callable[..., Sequence[Any]]
+_FACTORIES: dict[str, Callable[..., RewardFn]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardFailure:
+    """A per-completion outcome that scores 0 and is counted under `kind` (e.g. "timeout", "error")."""
+
+    kind: str
+    message: str = ""
+
+
+def register_reward(name: str):
+    """Decorator registering a reward factory `factory(**options) -> fn` under `name`."""
+
+    def wrap(factory):
+        if name in _FACTORIES and _FACTORIES[name] is not factory:
+            raise ValueError(f"reward {name!r} is already registered to {_FACTORIES[name].__qualname__}")
+        _FACTORIES[name] = factory
+        return factory
+
+    return wrap
+
+
+def registered_rewards() -> list[str]:
+    _load_builtin_rewards()
+    return sorted(_FACTORIES)
+
+
+def build_reward(name: str, **options) -> RewardFn:
+    """Instantiate the registered reward `name` with its options."""
+    _load_builtin_rewards()
+    if name not in _FACTORIES:
+        raise KeyError(f"unknown reward {name!r}: registered rewards are {sorted(_FACTORIES)}")
+    return _FACTORIES[name](**options)
+
+
+def _load_builtin_rewards() -> None:
+    # Importing the modules runs their @register_reward decorators; done lazily to avoid import cycles.
+    from reasoner.rewards import match  # noqa: F401
+
+    try:
+        from reasoner.rewards import code_exec  # noqa: F401
+    except ImportError:  # the code sandbox is optional
+        pass
+    try:
+        from reasoner.rewards import astar  # noqa: F401
+    except ImportError:
+        pass
+
+
+def completion_text(completion) -> str:
+    """Text of a completion: a string, or the concatenated assistant contents of a chat message list."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence) and all(isinstance(m, Mapping) for m in completion):
+        return "".join(str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
+    raise TypeError(f"completion of type {type(completion).__name__}: expected str or a list of chat messages")
+
+
+@dataclasses.dataclass
+class RewardCounters:
+    """Per-function outcome counts since construction (or `reset`)."""
+
+    calls: int = 0
+    completions: int = 0
+    scored: int = 0
+    not_applicable: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    non_finite: int = 0
+    seconds: float = 0.0
+    last_error: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightedReward:
+    name: str
+    fn: RewardFn
+    weight: float = 1.0
+    timeout_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardBatch:
+    """total_B: weighted sum (NaN where no function applied); per_function_BxF: sanitised values (NaN = n/a)."""
+
+    total_B: np.ndarray
+    per_function_BxF: np.ndarray
+    names: tuple[str, ...]
+
+    def means(self) -> dict[str, float]:
+        """Mean of each function over the completions it applied to (TRL's `rewards/<name>/mean`)."""
+        out = {}
+        for i, name in enumerate(self.names):
+            col = self.per_function_BxF[:, i]
+            out[name] = float(np.nanmean(col)) if np.any(~np.isnan(col)) else float("nan")
+        return out
+
+
+_TIMED_OUT = object()
+
+
+def _call_with_deadline(fn, completions, examples, timeout_s):
+    """Run fn in a daemon thread (its own, so a hung call never blocks the scoring pool); _TIMED_OUT if late."""
+    box: dict[str, Any] = {}
+
+    def run():
+        try:
+            box["values"] = fn(completions, examples=examples)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True, name="reward-deadline")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return _TIMED_OUT
+    if "error" in box:
+        raise box["error"]
+    return box["values"]
+
+
+class CompositeReward:
+    """Weighted sum of reward functions with failure isolation, counters and an async `submit`."""
+
+    def __init__(self, rewards: Sequence[WeightedReward], *, max_workers: int = 2):
+        if not rewards:
+            raise ValueError("rewards is empty: expected at least one weighted reward function")
+        names = [r.name for r in rewards]
+        if len(set(names)) != len(names):
+            raise ValueError(f"reward names {names}: expected unique names")
+        for r in rewards:
+            if not math.isfinite(r.weight):
+                raise ValueError(f"reward {r.name!r} weight={r.weight}: expected a finite number")
+            if r.timeout_s is not None and r.timeout_s <= 0:
+                raise ValueError(f"reward {r.name!r} timeout_s={r.timeout_s}: expected > 0 or None")
+        self.rewards = tuple(rewards)
+        self.counters = {r.name: RewardCounters() for r in rewards}
+        self._lock = threading.Lock()
+        self._pool = cf.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="reward")
+
+    @classmethod
+    def from_config(cls, specs: Sequence[Mapping[str, Any]], **kwargs) -> CompositeReward:
+        """From `[{"name": registered name, "weight": w, "timeout_s": s, "options": {...}, "as": alias}]`."""
+        rewards = []
+        for spec in specs:
+            unknown = set(spec) - {"name", "weight", "timeout_s", "options", "as"}
+            if "name" not in spec or unknown:
+                raise ValueError(f"reward spec {dict(spec)}: expected keys name, weight, timeout_s, options, as")
+            fn = build_reward(spec["name"], **dict(spec.get("options", {})))
+            rewards.append(WeightedReward(spec.get("as", spec["name"]), fn, float(spec.get("weight", 1.0)),
+                                          spec.get("timeout_s")))
+        return cls(rewards, **kwargs)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.rewards)
+
+    @property
+    def weights(self) -> np.ndarray:
+        return np.array([r.weight for r in self.rewards], np.float32)
+
+    def __call__(self, completions: Sequence, *, examples: Sequence[Mapping]) -> RewardBatch:
+        if len(completions) != len(examples):
+            raise ValueError(f"{len(completions)} completions and {len(examples)} examples: expected one per completion")
+        columns = [self._score(r, completions, examples) for r in self.rewards]
+        per_function = np.array(columns, np.float64).T.reshape(len(completions), len(self.rewards))
+        applicable = ~np.isnan(per_function)
+        total = np.where(applicable, per_function * self.weights[None, :], 0.0).sum(axis=1)
+        total = np.where(applicable.any(axis=1), total, np.nan)
+        return RewardBatch(total.astype(np.float32), per_function.astype(np.float32), self.names)
+
+    def submit(self, completions: Sequence, *, examples: Sequence[Mapping]) -> cf.Future:
+        """Score in a background thread (overlap host rewards with the next rollout); `.result()` is a RewardBatch."""
+        return self._pool.submit(self.__call__, list(completions), examples=list(examples))
+
+    def counter_dict(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {name: dataclasses.asdict(c) for name, c in self.counters.items()}
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counters = {r.name: RewardCounters() for r in self.rewards}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------------------------------- internals
+
+    def _score(self, reward: WeightedReward, completions, examples) -> list[float]:
+        start = time.perf_counter()
+        outcome = self._call(reward, list(completions), list(examples))
+        if isinstance(outcome, BaseException):
+            if isinstance(outcome, TimeoutError) and getattr(outcome, "whole_batch", False):
+                values = [RewardFailure("timeout", str(outcome))] * len(completions)
+            else:
+                # Isolate the culprit: re-run one completion at a time.
+                values = []
+                for c, e in zip(completions, examples):
+                    single = self._call(reward, [c], [e])
+                    if isinstance(single, BaseException):
+                        kind = "timeout" if isinstance(single, TimeoutError) else "error"
+                        values.append(RewardFailure(kind, f"{type(single).__name__}: {single}"))
+                    else:
+                        values.append(single[0])
+        else:
+            values = outcome
+        with self._lock:
+            counters = self.counters[reward.name]
+            counters.calls += 1
+            counters.completions += len(completions)
+            counters.seconds += time.perf_counter() - start
+            return [self._sanitise(reward.name, v, counters) for v in values]
+
+    def _call(self, reward: WeightedReward, completions, examples):
+        """Run one call; returns the checked list of values or the exception it raised."""
+        try:
+            if reward.timeout_s is None:
+                values = reward.fn(completions, examples=examples)
+            else:
+                values = _call_with_deadline(reward.fn, completions, examples, reward.timeout_s)
+                if values is _TIMED_OUT:
+                    err = TimeoutError(f"reward {reward.name!r} exceeded timeout_s={reward.timeout_s}")
+                    err.whole_batch = True
+                    return err
+        except Exception as err:  # noqa: BLE001 - any failure of user code is isolated and counted
+            return err
+        values = list(values) if values is not None else None
+        if values is None or len(values) != len(completions):
+            got = "None" if values is None else f"{len(values)} values"
+            raise ValueError(f"reward {reward.name!r} returned {got} for {len(completions)} completions")
+        return values
+
+    @staticmethod
+    def _sanitise(name: str, value, counters: RewardCounters) -> float:
+        if value is None:
+            counters.not_applicable += 1
+            return float("nan")
+        if isinstance(value, RewardFailure):
+            if value.kind == "timeout":
+                counters.timeouts += 1
+            else:
+                counters.errors += 1
+            counters.last_error = f"{value.kind}: {value.message}"[:500]
+            return 0.0
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"reward {name!r} returned {value!r}: expected a float, None or RewardFailure") from None
+        if not math.isfinite(value):
+            counters.non_finite += 1
+            return 0.0
+        counters.scored += 1
+        return value
