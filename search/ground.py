@@ -12,7 +12,7 @@ from typing import Iterator
 
 from search.logic import Atom, LogicError, Program, Rule, check_range_restricted
 
-__all__ = ["axioms_of", "validate_program", "check_goal", "herbrand_signature", "minimal_model", "substitute", "match"]
+__all__ = ["axioms_of", "validate_program", "check_goal", "in_herbrand_base", "herbrand_signature", "minimal_model", "substitute", "match"]
 
 
 def axioms_of(program: Program) -> list[Atom]:
@@ -76,6 +76,15 @@ def check_goal(program: Program, goal: Atom) -> None:
         raise LogicError(
             f"goal {goal!s} is outside the Herbrand base: constant(s) {unknown} do not occur in the program"
         )
+
+
+def in_herbrand_base(program: Program, atom: Atom) -> bool:
+    """True iff `atom` is a ground atom of the program's Herbrand base (no exception; see check_goal)."""
+    try:
+        check_goal(program, atom)
+    except LogicError:
+        return False
+    return True
 
 
 def match(pattern: Atom, args: tuple[str, ...], binding: dict[str, str]) -> dict[str, str] | None:

@@ -102,10 +102,15 @@ def parse_trace(text, verbalizer: Verbalizer) -> ParsedTrace:
     for block in _BLOCKS.split(text.replace("\r\n", "\n")):
         if not block.strip():
             continue
-        try:
-            step = _parse_block(block, verbalizer)
-        except Exception:  # defensive: a parser bug must read as an invalid step, never crash a reward batch
-            step = ParsedStep(rule=-1, premises=(), conclusion=None, text=block.strip())
+        cache = verbalizer.block_cache
+        step = cache.get(block, cache)
+        if step is cache:
+            try:
+                step = _parse_block(block, verbalizer)
+            except Exception:  # defensive: a parser bug must read as an invalid step, never crash a reward batch
+                step = ParsedStep(rule=-1, premises=(), conclusion=None, text=block.strip())
+            if len(cache) < 100_000:
+                cache[block] = step
         if step is None:
             skipped += 1
         else:

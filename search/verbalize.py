@@ -76,7 +76,12 @@ class Verbalizer:
             for v in (self._rule_text[i], *self._rule_variants(r)):
                 self.rule_index.setdefault(normalize_text(v), i)
         alts = sorted(self.constants, key=len, reverse=True)
-        self._const_re = "(" + "|".join(re.escape(c) for c in alts) + ")" if alts else "(?!)"
+        const_re = "(" + "|".join(re.escape(c) for c in alts) + ")" if alts else "(?!)"
+        self._unary_re = re.compile(const_re + r" (?:is|are) (not )?([\w\-]+(?: [\w\-]+)*)")
+        self._binary_re = re.compile(const_re + r" (does not |doesn't )?([\w\-]+) " + const_re)
+        # GRPO scores many completions of one problem: their atom strings repeat, so parses are memoized (bounded).
+        self._atom_cache: dict[str, Atom | None] = {}
+        self.block_cache: dict[str, object] = {}
 
     # ---- atoms -------------------------------------------------------------------------------------------
     def atom(self, a: Atom, *, var_names: dict[str, str] | None = None) -> str:
@@ -97,6 +102,15 @@ class Verbalizer:
 
     def parse_atom(self, text: str) -> Atom | None:
         """Inverse of `atom` for ground atoms (case-insensitive); None when the text is no atom. Never raises."""
+        hit = self._atom_cache.get(text, self)
+        if hit is not self:
+            return hit
+        out = self._parse_atom(text)
+        if len(self._atom_cache) < 100_000:
+            self._atom_cache[text] = out
+        return out
+
+    def _parse_atom(self, text: str) -> Atom | None:
         t = re.sub(r"\s+", " ", text.translate(_QUOTES)).strip().strip("\"'").strip().rstrip(".!;:").strip()
         if not t:
             return None
@@ -109,12 +123,12 @@ class Verbalizer:
         if self.dataset == "logic":
             return Atom(t, ()) if re.fullmatch(r"[A-Za-z_][\w\-]*", t) else None
         low = t.lower()
-        m = re.fullmatch(self._const_re + r" (?:is|are) (not )?([\w\-]+(?: [\w\-]+)*)", low)
+        m = self._unary_re.fullmatch(low)
         if m:
             subj = self.constants[m.group(1)]
             attr = m.group(3)
             return Atom(("not_" + attr) if m.group(2) else attr, (subj,))
-        m = re.fullmatch(self._const_re + r" (does not |doesn't )?([\w\-]+) " + self._const_re, low)
+        m = self._binary_re.fullmatch(low)
         if m:
             subj, obj = self.constants[m.group(1)], self.constants[m.group(4)]
             verb = m.group(3)
