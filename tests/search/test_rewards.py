@@ -24,7 +24,8 @@ def test_decay_matches_numpy_and_halves_per_alpha(alpha, x):
     assert math.isclose(decay_reward(x, alpha, correct=True), numpy_eq7(x, alpha), rel_tol=1e-9, abs_tol=1e-300)
     assert decay_reward(alpha, alpha, correct=True) == 1.0
     assert decay_reward(2 * alpha, alpha, correct=True) == 0.5  # doubling x_delta halves the reward
-    assert math.isclose(decay_reward(x + alpha, alpha, correct=True), decay_reward(x, alpha, correct=True) / 2)
+    half = decay_reward(x, alpha, correct=True) / 2
+    assert math.isclose(decay_reward(x + alpha, alpha, correct=True), half, rel_tol=1e-9, abs_tol=1e-300)
     assert decay_reward(x, alpha, correct=False) == 0.0
 
 
