@@ -64,6 +64,7 @@ def _report(builder, extra: dict) -> None:
 
 def _build_deeprd(args) -> int:
     from reasoner.data.deeprd import DeepRDSpec
+    from reasoner.data.records import decode_record
     from reasoner.data.tfds_builders import Deeprd, DeeprdConfig, read_splits
 
     try:
@@ -83,21 +84,9 @@ def _build_deeprd(args) -> int:
         for split, records in read_splits(builder).items():
             with open(f"{args.jsonl}.{split}.jsonl", "w", encoding="utf-8") as fh:
                 for rec in records:
-                    fh.write(json.dumps(_plain(rec)) + "\n")
+                    fh.write(json.dumps(decode_record(rec)) + "\n")
     _report(builder, {"params": params})
     return 0
-
-
-def _plain(rec: dict) -> dict:
-    out = {}
-    for k, v in rec.items():
-        if isinstance(v, bytes):
-            out[k] = v.decode("utf-8")
-        elif hasattr(v, "tolist"):
-            out[k] = v.tolist()
-        else:
-            out[k] = v
-    return out
 
 
 def _build_proofwriter(args) -> int:

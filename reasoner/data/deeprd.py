@@ -23,7 +23,8 @@ import random
 
 from search.logic import Atom, Program, Rule
 
-__all__ = ["DeepRDSpec", "DeepRDProblem", "generate_problem", "generate_split", "problem_context", "check_problem",
+__all__ = ["DeepRDSpec", "DeepRDProblem", "generate_problem", "generate_split", "problem_context", "rule_sentences",
+           "check_problem", "problem_record",
            "DEFAULT_SPLIT_SIZES"]
 
 DEFAULT_SPLIT_SIZES = {"train": 2000, "validation": 200, "test": 500}
@@ -84,12 +85,15 @@ class DeepRDProblem:
         return f"{self.entity} is {self.vertices[self.goal]}."
 
 
+def rule_sentences(problem: DeepRDProblem) -> list[str]:
+    """"If someone is u, they are v." for each edge, in program rule order."""
+    v = problem.vertices
+    return [f"If someone is {v[a]}, they are {v[b]}." for a, b in problem.edges]
+
+
 def problem_context(problem: DeepRDProblem) -> str:
     """Logic-mode theory text: the start fact, then one rule sentence per edge, in program order."""
-    v = problem.vertices
-    lines = [f"{problem.entity} is {v[problem.start]}."]
-    lines += [f"If someone is {v[a]}, they are {v[b]}." for a, b in problem.edges]
-    return " ".join(lines)
+    return " ".join([f"{problem.entity} is {problem.vertices[problem.start]}.", *rule_sentences(problem)])
 
 
 def _words(rng: random.Random, count: int) -> list[str]:
@@ -226,4 +230,5 @@ def problem_record(problem: DeepRDProblem) -> dict:
     return make_record(qid=problem.id, context=problem_context(problem), question=problem.question,
                        hg=compile_program(problem.program), goal=problem.goal_atom, depth=problem.lookahead,
                        source={"lookahead": problem.lookahead, "branches": problem.branches,
-                               "vertices": len(problem.vertices), "edges": len(problem.edges)})
+                               "vertices": len(problem.vertices), "edges": len(problem.edges)},
+                       rule_texts=rule_sentences(problem))

@@ -24,7 +24,7 @@ import re
 from reasoner.data.proofwriter_atoms import VARIABLE, negate, third_person
 from search.logic import Atom, Program, Rule
 
-__all__ = ["SentenceError", "parse_sentence", "parse_theory_text", "parse_statement", "split_sentences",
+__all__ = ["SentenceError", "parse_sentence", "parse_theory_text", "parse_theory_sentences", "parse_statement", "split_sentences",
            "LogicLLMQuestion", "load_logic_llm", "ANSWER_LABELS"]
 
 ANSWER_LABELS = {"A": True, "B": False, "C": None}
@@ -47,6 +47,7 @@ class LogicLLMQuestion:
     program: Program
     statement: Atom
     answer: bool | None  # True (A), False (B), None (C: Unknown)
+    rule_texts: tuple[str, ...] = ()  # the theory's sentence for each rule of `program`, in rule order
 
 
 def split_sentences(text: str) -> list[str]:
@@ -225,8 +226,15 @@ def parse_sentence(sentence: str, *, name: str = "") -> Atom | Rule:
 
 def parse_theory_text(text: str, *, theory_id: str = "") -> tuple[Program, list[tuple[str, str]]]:
     """Theory paragraph -> Program (facts in order, rules named rule1, rule2, ...) and (id, error) failures."""
+    program, failures, _ = parse_theory_sentences(text, theory_id=theory_id)
+    return program, failures
+
+
+def parse_theory_sentences(text: str, *, theory_id: str = "") -> tuple[Program, list[tuple[str, str]], list[str]]:
+    """Like `parse_theory_text`, also returning each rule's own sentence (for the verbalizer's `rule_texts`)."""
     axioms: list[Atom] = []
     rules: list[Rule] = []
+    texts: list[str] = []
     failures: list[tuple[str, str]] = []
     for sentence in split_sentences(text):
         try:
@@ -236,9 +244,10 @@ def parse_theory_text(text: str, *, theory_id: str = "") -> tuple[Program, list[
             continue
         if isinstance(parsed, Rule):
             rules.append(parsed)
+            texts.append(sentence)
         elif parsed not in axioms:
             axioms.append(parsed)
-    return Program(tuple(axioms), tuple(rules)), failures
+    return Program(tuple(axioms), tuple(rules)), failures, texts
 
 
 def parse_statement(question: str) -> Atom:
@@ -268,7 +277,7 @@ def load_logic_llm(path: str | pathlib.Path) -> tuple[list[LogicLLMQuestion], li
         return [], [(str(path), "expected a JSON list of {id, context, question, options, answer}")]
     questions: list[LogicLLMQuestion] = []
     skipped: list[tuple[str, str]] = []
-    theory_cache: dict[str, tuple[Program, list]] = {}
+    theory_cache: dict[str, tuple[Program, list, list]] = {}
     for i, rec in enumerate(records):
         qid = str(rec.get("id", f"{path.name}[{i}]")) if isinstance(rec, dict) else f"{path.name}[{i}]"
         try:
@@ -280,8 +289,8 @@ def load_logic_llm(path: str | pathlib.Path) -> tuple[list[LogicLLMQuestion], li
             skipped.append((qid, f"bad answer {answer!r}: expected A, B or C"))
             continue
         if context not in theory_cache:
-            theory_cache[context] = parse_theory_text(context, theory_id=qid)
-        program, failures = theory_cache[context]
+            theory_cache[context] = parse_theory_sentences(context, theory_id=qid)
+        program, failures, rule_texts = theory_cache[context]
         if failures:
             skipped.extend((qid, reason) for _, reason in failures)
             continue
@@ -291,5 +300,6 @@ def load_logic_llm(path: str | pathlib.Path) -> tuple[list[LogicLLMQuestion], li
             skipped.append((qid, str(err)))
             continue
         text = question.rstrip().rsplit("?", 1)[-1].strip() or question
-        questions.append(LogicLLMQuestion(qid, context, text, program, statement, ANSWER_LABELS[answer]))
+        questions.append(LogicLLMQuestion(qid, context, text, program, statement, ANSWER_LABELS[answer],
+                                          tuple(rule_texts)))
     return questions, skipped

@@ -31,7 +31,8 @@ class FilterReport:
     skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
 
-def _record(*, qid, hg, goal: Atom | None, context, question, min_depth, report, source) -> dict | None:
+def _record(*, qid, hg, goal: Atom | None, context, question, min_depth, report, source,
+            rule_texts) -> dict | None:
     if goal is None:
         report.counts["unknown_answer"] += 1
         return None
@@ -44,7 +45,7 @@ def _record(*, qid, hg, goal: Atom | None, context, question, min_depth, report,
         return None
     report.counts["kept"] += 1
     return make_record(qid=qid, context=context, question=question, hg=hg, goal=goal, depth=result.depth,
-                       source=source)
+                       source=source, rule_texts=rule_texts)
 
 
 def raw_records(theories: Iterable[RawTheory], *, min_depth: int = 3,
@@ -61,7 +62,8 @@ def raw_records(theories: Iterable[RawTheory], *, min_depth: int = 3,
             goal = q.provable_goal
             rec = _record(qid=q.id, hg=hg, goal=goal, context=theory.text, question=q.text, min_depth=min_depth,
                           report=report, source={"theory_id": theory.id, "answer": q.answer, "qdep": q.qdep,
-                                                 "strategy": q.strategy, "world": theory.world})
+                                                 "strategy": q.strategy, "world": theory.world},
+                          rule_texts=theory.rule_texts)
             if rec is not None:
                 yield rec
 
@@ -84,6 +86,6 @@ def logic_llm_records(questions: Iterable[LogicLLMQuestion], *, min_depth: int =
             continue
         goal = None if q.answer is None else (q.statement if q.answer else negate(q.statement))
         rec = _record(qid=q.id, hg=hg, goal=goal, context=q.context, question=q.statement_text, min_depth=min_depth,
-                      report=report, source={"answer": q.answer, "format": "logic-llm"})
+                      report=report, source={"answer": q.answer, "format": "logic-llm"}, rule_texts=q.rule_texts)
         if rec is not None:
             yield rec

@@ -60,6 +60,7 @@ class RawTheory:
     program: Program
     questions: tuple[RawQuestion, ...]
     dropped_naf_rules: tuple[str, ...] = ()
+    rule_texts: tuple[str, ...] = ()  # each kept rule's English sentence, in program rule order
 
 
 @dataclasses.dataclass
@@ -159,13 +160,14 @@ def parse_theory(obj: dict, *, report: LoadReport, default_world: str = "OWA") -
         for key, triple in obj["triples"].items():
             atom, _ = _literal(parse_representation(triple["representation"]))
             axioms.append(atom)
-        rules, dropped = [], []
+        rules, dropped, texts = [], [], []
         for key, rule in obj["rules"].items():
             parsed, has_negative_premise = _rule(parse_representation(rule["representation"]), key)
             if world == "CWA" and has_negative_premise:
                 dropped.append(key)
                 continue
             rules.append(parsed)
+            texts.append(str(rule.get("text", "")))
     except (KeyError, TypeError, AttributeError, ValueError) as err:
         report.skipped.append((theory_id, f"theory not parsed: {err!r}"))
         return None
@@ -193,7 +195,7 @@ def parse_theory(obj: dict, *, report: LoadReport, default_world: str = "OWA") -
     report.naf_rules += len(dropped)
     return RawTheory(id=theory_id, world=world, text=str(obj.get("theory", "")),
                      program=Program(tuple(axioms), tuple(rules)), questions=tuple(questions),
-                     dropped_naf_rules=tuple(dropped))
+                     dropped_naf_rules=tuple(dropped), rule_texts=tuple(texts))
 
 
 def load_raw(paths: str | pathlib.Path | Iterable[str | pathlib.Path], *, report: LoadReport | None = None,

@@ -4,7 +4,9 @@ A record is one (program, goal) pair with a provable goal:
   id, context (theory text), question (goal statement text), program (JSON, see `program_json`), goal (JSON atom),
   depth (w*_G, shortest proof depth), pushes[3] and pops[3] of host A* per heuristic in `HEURISTICS` order
   (zero, dependency, true), source (JSON object with dataset-specific fields: lookahead and branches for DeepRD;
-  theory id, answer and QDep for ProofWriter).
+  theory id, answer and QDep for ProofWriter), rule_texts (JSON list: each rule's sentence in the theory, in rule
+  order, for `search.verbalize.Verbalizer(rule_texts=...)`).
+Text fields come back from TFDS as bytes; `decode_record` turns a stored record into Python values.
 """
 
 from __future__ import annotations
@@ -18,18 +20,38 @@ from reasoner.data.solving import HEURISTICS, heuristic_counts
 from search.hypergraph import Hypergraph
 from search.logic import Atom
 
-__all__ = ["make_record", "record_features", "figures", "format_figures", "HEURISTICS"]
+__all__ = ["make_record", "decode_record", "record_features", "figures", "format_figures", "HEURISTICS"]
 
 
 def make_record(*, qid: str, context: str, question: str, hg: Hypergraph, goal: Atom, depth: int,
-                source: Mapping) -> dict:
+                source: Mapping, rule_texts: Iterable[str] = ()) -> dict:
+    rule_texts = list(rule_texts)
+    if rule_texts and len(rule_texts) != len(hg.program.rules):
+        raise ValueError(f"record {qid}: {len(rule_texts)} rule texts for {len(hg.program.rules)} rules")
     counts = heuristic_counts(hg, goal)
     return {
         "id": qid, "context": context, "question": question, "program": program_to_json(hg.program),
         "goal": atom_to_json(goal), "depth": int(depth),
         "pushes": [counts[h][0] for h in HEURISTICS], "pops": [counts[h][1] for h in HEURISTICS],
         "source": json.dumps(dict(source), sort_keys=True),
+        "rule_texts": json.dumps(rule_texts),
     }
+
+
+def decode_record(raw: Mapping) -> dict:
+    """A stored record (bytes, numpy) -> str/int/list values; `source` and `rule_texts` parsed from JSON.
+    `program` and `goal` stay JSON strings (what `program_json` and the reward cache take)."""
+    out = {}
+    for key, value in raw.items():
+        if isinstance(value, bytes):
+            value = value.decode("utf-8")
+        elif hasattr(value, "tolist"):
+            value = value.tolist()
+        out[key] = value
+    for key in ("source", "rule_texts"):
+        if isinstance(out.get(key), str):
+            out[key] = json.loads(out[key])
+    return out
 
 
 def record_features():
@@ -43,7 +65,7 @@ def record_features():
         "depth": np.int32,
         "pushes": tfds.features.Tensor(shape=(len(HEURISTICS),), dtype=np.int32),
         "pops": tfds.features.Tensor(shape=(len(HEURISTICS),), dtype=np.int32),
-        "source": text(),
+        "source": text(), "rule_texts": text(),
     })
 
 
