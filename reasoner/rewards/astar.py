@@ -6,8 +6,8 @@ an unparseable completion is an incorrect trace and scores 0) and scored by `sea
   step_count        Eq. 7 with x = proof steps, alpha = steps of the shortest proof
   astar_dependency  Eq. 7 with x = sum of f over V_pops, A* with the dependency heuristic
   astar_true        Eq. 7 with x = sum of f over V_pops, A* with the true cost-to-go
-Examples are the records of `reasoner.data.records` (fields `program` and `goal`, JSON) with an optional
-`rule_texts` list (the theory's rule sentences, as the verbalizer used them). The scorer of a (program, goal)
+Examples are the records of `reasoner.data.records` (fields `program` and `goal`, JSON; str or TFDS bytes)
+with an optional `rule_texts` (JSON list of the theory's rule sentences, as the verbalizer used them). The scorer of a (program, goal)
 is cached, since the G completions of a prompt share it.
 """
 
@@ -24,7 +24,18 @@ _SCORER_CACHE_SIZE = 256
 
 
 def _key(value) -> str:
+    if isinstance(value, bytes):  # TFDS text features come back as bytes
+        value = value.decode("utf-8")
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _rule_texts(value) -> tuple[str, ...] | None:
+    """The record's `rule_texts`: a JSON list (string or bytes, as records store it) or a list; empty -> None."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        value = json.loads(value)
+    return tuple(str(t) for t in value) or None
 
 
 @functools.lru_cache(maxsize=_SCORER_CACHE_SIZE)
@@ -47,9 +58,8 @@ def score_completion(text: str, example: Mapping, *, dataset: str, cost: str = "
     for field in ("program", "goal"):
         if field not in example:
             raise KeyError(f"example has no {field!r} field (keys: {sorted(example)}): expected an A* record")
-    rule_texts = example.get("rule_texts")
     scorer, verbalizer = _scorer_and_verbalizer(
-        _key(example["program"]), _key(example["goal"]), dataset, tuple(rule_texts) if rule_texts else None, cost
+        _key(example["program"]), _key(example["goal"]), dataset, _rule_texts(example.get("rule_texts")), cost
     )
     return scorer.score_steps(parse_trace(text, verbalizer).steps)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from reasoner.data.deeprd import DeepRDSpec, generate_problem, problem_record
@@ -18,8 +20,8 @@ def problem():
     spec = DeepRDSpec()
     p = generate_problem(seed=3, split="train", index=0, spec=spec)
     record = problem_record(p)
-    verbalizer = Verbalizer(p.program, dataset="deeprd")
-    traces = {h: solve(compile_program(p.program), p.goal_atom, heuristic=h).trace for h in ("zero", "true")}
+    verbalizer = Verbalizer(p.program, dataset="deeprd", rule_texts=json.loads(record["rule_texts"]))
+    traces = {h: solve(compile_program(p.program), p.goal_atom, heuristic=h).trace for h in ("zero", "dependency", "true")}
     return record, verbalizer, traces
 
 
@@ -52,7 +54,15 @@ def test_dijkstra_trace_is_correct_but_less_rewarded(problem):
     depth = record["depth"]
     assert len(traces["zero"]) > depth
     assert steps == pytest.approx(0.5 ** ((len(traces["zero"]) - depth) / depth), rel=1e-6)  # stored as float32
-    assert 0.0 < true < 1.0 and 0.0 < dep <= 1.0
+    # Dijkstra pops distractor items whose cost-to-go is inf (Fig. 7). DeepRD rules are unary, so the dependency
+    # relaxation is the problem itself and those items have h = inf there too: both A* rewards are 0.
+    assert true == 0.0 and dep == 0.0
+
+
+def test_dependency_trace_scores_one_on_its_own_reward(problem):
+    record, verbalizer, traces = problem
+    batch = composite()([verbalizer.trace(traces["dependency"])], examples=[record])
+    assert batch.per_function_BxF[0, NAMES.index("astar_dependency")] == 1.0
 
 
 def test_record_without_program_is_counted_as_error():
