@@ -65,7 +65,7 @@ def load_into_state(cfg: ModelConfig, source, *, mesh=None):
         device = jax.devices()[0]
         shardings = jax.tree.map(lambda _: SingleDeviceSharding(device), state,
                                  is_leaf=lambda x: isinstance(x, nnx.Variable))
-    flat_shardings = dict(shardings.flat_state())
+    flat_shardings = dict(nnx.to_flat_state(shardings))
     available = set(source.names())
     np_dtype = np.dtype(cfg.param_dtype)
     describe = getattr(source, "describe", lambda name: "checkpoint")
@@ -82,10 +82,10 @@ def load_into_state(cfg: ModelConfig, source, *, mesh=None):
         sharding = flat_shardings[path]
         sharding = sharding.sharding if isinstance(sharding, nnx.Variable) else sharding
         loaded[path] = _place(ours, sharding)
-    expected = {p for p, _ in state.flat_state()}
+    expected = {p for p, _ in nnx.to_flat_state(state)}
     if expected != set(loaded):
         raise CheckpointError(f"internal: parameters without a checkpoint name: {sorted(expected - set(loaded))}")
-    for path, var in state.flat_state():
+    for path, var in nnx.to_flat_state(state):
         var.set_value(loaded[path]) if hasattr(var, "set_value") else setattr(var, "value", loaded[path])
     return graphdef, state
 
