@@ -29,6 +29,47 @@ class ModelPoint:
     group: str = ""  # points of one group share a colour (e.g. one reward model)
 
 
+def summarise_model(
+    label: str,
+    *,
+    correct: Sequence[bool],
+    efficiency: Mapping[str, Sequence[float | None]],
+    group: str = "",
+    confidence: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[ModelPoint, dict]:
+    """Accuracy with its Wilson interval and each efficiency with a bootstrap interval, as the paper reports them.
+
+    efficiency[key][i] is example i's proportion against the shortest proof; it is only defined for correct
+    proofs (§4.1), so entries of incorrect examples are ignored (they may be None). With no correct example the
+    efficiency is undefined: the report says None and the plotted point sits at efficiency 0.
+    Returns (point for `plot_accuracy_efficiency`, JSON-ready report).
+    """
+    from reasoner.metrics.intervals import bootstrap_interval, wilson_interval
+
+    correct_arr = np.asarray(correct, bool)
+    if correct_arr.ndim != 1 or correct_arr.size == 0:
+        raise ValueError(f"correct has shape {correct_arr.shape}: expected a non-empty 1-D sequence")
+    acc = wilson_interval(int(correct_arr.sum()), int(correct_arr.size), confidence=confidence)
+    report = {"label": label, "examples": int(correct_arr.size), "accuracy": acc.as_dict()}
+    point_eff, point_eff_iv = {}, {}
+    for key, values in efficiency.items():
+        if len(values) != correct_arr.size:
+            raise ValueError(f"efficiency[{key!r}] has {len(values)} entries: expected one per example "
+                             f"({correct_arr.size})")
+        kept = np.array([float(v) for v, ok in zip(values, correct_arr) if ok], np.float64)
+        if kept.size == 0:
+            report[f"efficiency_{key}"] = None
+            point_eff[key] = 0.0
+            continue
+        eff = bootstrap_interval(kept, confidence=confidence, n_resamples=n_resamples, seed=seed)
+        report[f"efficiency_{key}"] = eff.as_dict()
+        point_eff[key], point_eff_iv[key] = eff.estimate, (eff.low, eff.high)
+    point = ModelPoint(label, acc.estimate, point_eff, (acc.low, acc.high), point_eff_iv, group)
+    return point, report
+
+
 def pareto_front(points) -> np.ndarray:
     """Indices (ascending) of the non-dominated rows of an [N, 2] array, both columns maximised.
 
