@@ -128,6 +128,10 @@ def _join(
             yield from _join(rule, order, k + 1, b, facts, max_round, rounds)
 
 
+def _atom_key(a: Atom) -> tuple[str, tuple[str, ...]]:
+    return (a.predicate, a.args)
+
+
 def minimal_model(program: Program) -> tuple[list[Atom], list[tuple[int, tuple[Atom, ...], Atom]]]:
     """Semi-naive fixpoint of T_P from the axioms.
 
@@ -149,19 +153,22 @@ def minimal_model(program: Program) -> tuple[list[Atom], list[tuple[int, tuple[A
     delta = list(atoms)
     insts: list[tuple[int, tuple[Atom, ...], Atom]] = []
     new: set[Atom] = set()
+    # Which (rule, premise position) can consume a new fact of a given predicate/arity.
+    consumers: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for ri, rule in enumerate(program.rules):
+        for i, prem in enumerate(rule.premises):
+            consumers[(prem.predicate, len(prem.args))].append((ri, i))
     t = 0
     while delta:
         t += 1
         delta_by_pred: dict[tuple[str, int], list[tuple[str, ...]]] = defaultdict(list)
         for a in delta:
             delta_by_pred[(a.predicate, len(a.args))].append(a.args)
-        for ri, rule in enumerate(program.rules):
-            kp = len(rule.premises)
-            for i in range(kp):
+        for key, cands in delta_by_pred.items():
+            for ri, i in consumers.get(key, ()):
+                rule = program.rules[ri]
+                kp = len(rule.premises)
                 prem = rule.premises[i]
-                cands = delta_by_pred.get((prem.predicate, len(prem.args)))
-                if not cands:
-                    continue
                 # premises before i: strictly older than the delta; after i: anything known so far.
                 max_round = [t - 2 if j < i else t - 1 for j in range(kp)]
                 order = [j for j in range(kp) if j != i]
@@ -177,10 +184,10 @@ def minimal_model(program: Program) -> tuple[list[Atom], list[tuple[int, tuple[A
                         insts.append((ri, prems, concl))
                         if (concl.predicate, concl.args) not in rounds:
                             new.add(concl)
-        for a in sorted(new):
+        delta = sorted(new, key=_atom_key)  # == Atom's dataclass order, without per-comparison overhead
+        for a in delta:
             rounds[(a.predicate, a.args)] = t
             facts[(a.predicate, len(a.args))].append(a.args)
-        atoms.extend(sorted(new))
-        delta = sorted(new)
+        atoms.extend(delta)
         new = set()
     return atoms, insts
