@@ -143,6 +143,28 @@ def group_advantages(rewards_B, *, num_generations: int, scale_rewards: str = "g
     return advantages_B, std_B, is_std_zero_B
 
 
+# ----------------------------------------------------------------------------------------------- log-probs
+
+
+def token_logps_and_entropy(logits_BxTxV, token_ids_BxT, *, temperature: float = 1.0):
+    """Per-token log-probs of `token_ids_BxT` and the entropy (nats) of each position, from temperature-scaled logits.
+
+    logits_BxTxV[:, t] must be the logits that predict token_ids_BxT[:, t] (for a prompt of P tokens followed by
+    the completion, the model's logits at positions P-1 .. P+T-2). TRL scales by the sampling temperature before
+    the softmax (its fused LM head), so the policy, old and reference log-probs must all use the same temperature.
+    Computed in float32 whatever the logits dtype.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature={temperature}: expected > 0")
+    if logits_BxTxV.shape[:2] != token_ids_BxT.shape:
+        raise ValueError(f"logits_BxTxV {logits_BxTxV.shape} and token_ids_BxT {token_ids_BxT.shape}: "
+                         "expected the same [B, T]")
+    logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32) / temperature, axis=-1)
+    logps_BxT = jnp.take_along_axis(logp_BxTxV, token_ids_BxT[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    entropy_BxT = -jnp.sum(jnp.exp(logp_BxTxV) * logp_BxTxV, axis=-1)
+    return logps_BxT, entropy_BxT
+
+
 # ----------------------------------------------------------------------------------------------- masks
 
 

@@ -357,3 +357,22 @@ def test_advantages_match_trl_nanstd(scale_rewards):
     np.testing.assert_allclose(np.asarray(ours_std), std.numpy(), rtol=1e-6)
 
 
+
+
+@pytest.mark.baseline
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_token_logps_and_entropy_match_trl_helpers(temperature):
+    torch = pytest.importorskip("torch")
+    trl_utils = pytest.importorskip("trl.trainer.utils")
+    rng = np.random.default_rng(4)
+    logits = rng.normal(0, 3, size=(3, 5, 50)).astype(np.float32)
+    ids = rng.integers(0, 50, size=(3, 5))
+    logps, entropy = gl.token_logps_and_entropy(jnp.asarray(logits, jnp.bfloat16).astype(jnp.float32),
+                                                jnp.asarray(ids), temperature=temperature)
+    t_logits = torch.tensor(np.asarray(jnp.asarray(logits, jnp.bfloat16).astype(jnp.float32)))
+    ref = trl_utils.selective_log_softmax(t_logits, torch.tensor(ids), temperature=temperature).numpy()
+    ref_entropy = trl_utils.entropy_from_logits(t_logits / temperature).numpy()
+    np.testing.assert_allclose(np.asarray(logps), ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(entropy), ref_entropy, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="temperature=0"):
+        gl.token_logps_and_entropy(jnp.asarray(logits), jnp.asarray(ids), temperature=0)
