@@ -24,7 +24,7 @@ from reasoner.data.proofwriter_atoms import literal_atom
 from search.logic import Atom, Program, Rule
 
 __all__ = ["RawQuestion", "RawTheory", "LoadReport", "parse_representation", "parse_theory", "load_raw",
-           "iter_raw_files"]
+           "find_split_files", "SPLIT_FILE_STEMS"]
 
 _TOKEN = re.compile(r'\s*(?:(\()|(\))|(->)|"([^"]*)")')
 
@@ -172,7 +172,12 @@ def parse_theory(obj: dict, *, report: LoadReport, default_world: str = "OWA") -
         report.skipped.append((theory_id, f"theory not parsed: {err!r}"))
         return None
     questions = []
-    for qkey, q in (obj.get("questions") or {}).items():
+    raw_questions = obj.get("questions") or {}
+    if not isinstance(raw_questions, dict):
+        kind = type(raw_questions).__name__
+        report.skipped.append((theory_id, f"questions not parsed: expected an object, got {kind}"))
+        raw_questions = {}
+    for qkey, q in raw_questions.items():
         qid = f"{theory_id}_{qkey}"
         try:
             statement, _ = _literal(parse_representation(q["representation"]))
@@ -228,14 +233,20 @@ def load_raw(paths: str | pathlib.Path | Iterable[str | pathlib.Path], *, report
     return theories
 
 
-def iter_raw_files(manual_dir: str | pathlib.Path, *, split: str, world: str = "OWA",
-                   depth: str = "depth-5") -> list[pathlib.Path]:
-    """`meta-{split}.jsonl` under a manual dir: the release root (`{world}/{depth}/`) or the folder itself."""
+SPLIT_FILE_STEMS = {"train": "train", "validation": "dev", "test": "test"}
+
+
+def find_split_files(manual_dir: str | pathlib.Path, *, world: str = "OWA",
+                     depth: str = "depth-5") -> dict[str, pathlib.Path]:
+    """{split: meta-<stem>.jsonl} under a manual dir: the release root (`[proofwriter-dataset-V2020.12.3/]<world>/
+    <depth>/`) or a folder of meta-*.jsonl files. Raises FileNotFoundError naming the places it looked."""
     root = pathlib.Path(manual_dir)
-    for folder in (root / world / depth, root / "proofwriter-dataset-V2020.12.3" / world / depth, root):
-        candidate = folder / f"meta-{split}.jsonl"
-        if candidate.is_file():
-            return [candidate]
+    folders = (root / world / depth, root / "proofwriter-dataset-V2020.12.3" / world / depth, root)
+    for folder in folders:
+        found = {split: folder / f"meta-{stem}.jsonl" for split, stem in SPLIT_FILE_STEMS.items()
+                 if (folder / f"meta-{stem}.jsonl").is_file()}
+        if found:
+            return found
     raise FileNotFoundError(
-        f"no meta-{split}.jsonl under {root} (looked in {world}/{depth}/ and the folder itself); expected the "
-        "raw ProofWriter release (proofwriter-dataset-V2020.12.3) or a folder of meta-*.jsonl files")
+        f"no raw ProofWriter split files under {root} (looked for meta-train/dev/test.jsonl in "
+        f"{', '.join(str(f) for f in folders)}); expected the raw release proofwriter-dataset-V2020.12.3")

@@ -19,12 +19,10 @@ import tensorflow_datasets as tfds
 from reasoner.data.deeprd import DEFAULT_SPLIT_SIZES, DeepRDSpec, generate_problem, problem_record
 from reasoner.data.proofwriter_english import load_logic_llm
 from reasoner.data.proofwriter_examples import FilterReport, logic_llm_records, raw_records
-from reasoner.data.proofwriter_raw import LoadReport, load_raw
+from reasoner.data.proofwriter_raw import SPLIT_FILE_STEMS, LoadReport, find_split_files, load_raw
 from reasoner.data.records import record_features
 
 __all__ = ["Deeprd", "DeeprdConfig", "ProofwriterAstar", "ProofwriterConfig", "read_splits"]
-
-_SPLIT_FILE_STEMS = {"train": "train", "validation": "dev", "test": "test"}
 
 
 @dataclasses.dataclass(eq=False)
@@ -97,26 +95,26 @@ class ProofwriterAstar(tfds.core.GeneratorBasedBuilder):
         if cfg.files:
             return {split: [pathlib.Path(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
                     for split, paths in cfg.files.items()}
+        if manual_dir is None:
+            raise FileNotFoundError("no manual_dir given. " + self.MANUAL_DOWNLOAD_INSTRUCTIONS)
+        if cfg.source == "raw":
+            return {split: [path] for split, path in find_split_files(manual_dir, world=cfg.world,
+                                                                       depth=cfg.depth_dir).items()}
         root = pathlib.Path(manual_dir)
-        found = {}
-        for split, stem in _SPLIT_FILE_STEMS.items():
-            if cfg.source == "raw":
-                for folder in (root / cfg.world / cfg.depth_dir,
-                               root / "proofwriter-dataset-V2020.12.3" / cfg.world / cfg.depth_dir, root):
-                    if (folder / f"meta-{stem}.jsonl").is_file():
-                        found[split] = [folder / f"meta-{stem}.jsonl"]
-                        break
-            else:
-                matches = sorted(root.glob(f"*{stem}*.json"))
-                if matches:
-                    found[split] = matches
+        found = {split: sorted(root.glob(f"*{stem}*.json")) for split, stem in SPLIT_FILE_STEMS.items()}
+        found = {split: paths for split, paths in found.items() if paths}
         if not found:
-            raise FileNotFoundError(f"no {cfg.source} ProofWriter split files under {root}. "
+            raise FileNotFoundError(f"no Logic-LLM ProofWriter files (*train*/*dev*/*test*.json) under {root}. "
                                     + self.MANUAL_DOWNLOAD_INSTRUCTIONS)
         return found
 
     def _split_generators(self, dl_manager):
-        manual = getattr(dl_manager, "_manual_dir", None) if not self.builder_config.files else None
+        manual = None
+        if not self.builder_config.files:
+            try:
+                manual = dl_manager.manual_dir
+            except AssertionError as err:  # TFDS's way of saying the manual dir is missing or empty
+                raise FileNotFoundError(str(err)) from None
         files = self._split_files(manual)
         return {split: self._generate_examples(paths=paths) for split, paths in files.items()}
 

@@ -113,3 +113,11 @@ def test_data_build_proofwriter_logic_llm(shared_data, tmp_path, capsys):
 def test_data_build_proofwriter_bad_file_flag(capsys):
     assert main(["data", "build", "proofwriter", "--file", "no-equals-sign"]) == 2
     assert "expected SPLIT=PATH" in capsys.readouterr().err
+
+
+def test_proofwriter_builder_with_an_empty_manual_dir(tmp_path):
+    (tmp_path / "empty").mkdir()
+    builder = ProofwriterAstar(config=ProofwriterConfig(name="owa_empty"), data_dir=tmp_path / "tfds",
+                               file_format="array_record")
+    with pytest.raises(FileNotFoundError, match="does not exist or is empty"):
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=tmp_path / "empty"))

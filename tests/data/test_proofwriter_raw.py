@@ -115,3 +115,20 @@ def test_bad_lines_theories_and_questions_are_reported_and_loading_continues(tmp
 def test_representation_errors_are_clear(bad):
     with pytest.raises(ValueError, match="representation"):
         parse_representation(bad)
+
+
+def test_english_parser_agrees_with_the_raw_representations(cwa_mini):
+    """Two independent readings of the same real theories: the English sentences vs the S-expressions."""
+    from reasoner.data.proofwriter_english import parse_statement, parse_theory_text
+
+    theories, _ = cwa_mini
+    for theory in theories:
+        program, failures = parse_theory_text(theory.text, theory_id=theory.id)
+        assert failures == []
+        assert set(program.axioms) == set(theory.program.axioms)
+        # CWA rules with "not" premises are NAF in the raw loader (dropped); English reads them as not_ premises.
+        english_rules = [(r.premises, r.conclusion) for r in program.rules
+                         if not any(p.predicate.startswith("not_") for p in r.premises)]
+        assert english_rules == [(r.premises, r.conclusion) for r in theory.program.rules]
+        for q in theory.questions:
+            assert parse_statement(q.text) == q.statement, q.id
