@@ -57,25 +57,27 @@ def random_program(rng: random.Random) -> tuple[Program, list[Atom]]:
     return prog, goals
 
 
-def brute_force_weights(program: Program, *, cost: str) -> dict[Atom, float]:
-    """Exhaustive fixpoint weights: every substitution of every rule over all constants, relaxed to convergence."""
+def brute_force_weights(program: Program, *, cost: str) -> tuple[dict[Atom, float], list]:
+    """Exhaustive fixpoint weights: every substitution of every rule over all constants, relaxed to convergence.
+
+    Returns (weights of provable atoms, every ground instantiation as (rule index, premises, conclusion))."""
     consts = sorted(
         {t for a in program.axioms for t in a.args}
         | {t for r in program.rules for a in (*r.premises, r.conclusion) for t in a.args if not t.startswith("?")}
     )
     insts = []
-    for r in program.rules:
+    for ri, r in enumerate(program.rules):
         vs = sorted({v for a in r.premises for v in a.variables()})
         for combo in itertools.product(consts, repeat=len(vs)):
             th = dict(zip(vs, combo))
             sub = lambda a: Atom(a.predicate, tuple(th.get(t, t) for t in a.args))  # noqa: E731
-            insts.append((tuple(sub(p) for p in r.premises), sub(r.conclusion)))
+            insts.append((ri, tuple(sub(p) for p in r.premises), sub(r.conclusion)))
     a0 = 0 if cost == "max" else 1
     w: dict[Atom, float] = {a: a0 for a in program.axioms}
     changed = True
     while changed:
         changed = False
-        for prems, c in insts:
+        for _, prems, c in insts:
             ws = [w.get(p, math.inf) for p in prems]
             if math.inf in ws:
                 continue
@@ -94,7 +96,7 @@ def brute_force_on_path(program: Program, goal: Atom, *, cost: str) -> set[Atom]
     on, frontier = {goal}, [goal]
     while frontier:
         c = frontier.pop()
-        for prems, head in insts:
+        for _, prems, head in insts:
             if head != c or any(p not in w for p in prems) or head in prems:
                 continue
             ws = [w[p] for p in prems]

@@ -29,8 +29,18 @@ def test_bruteforce_random_programs():
     for _ in range(N_PROGRAMS):
         prog, goals = random_program(rng)
         hg = compile_program(prog)
-        ref = {c: brute_force_weights(prog, cost=c)[0] for c in ("max", "sum")}
+        (w_max, insts), (w_sum, _) = (brute_force_weights(prog, cost=c) for c in ("max", "sum"))
+        ref = {"max": w_max, "sum": w_sum}
         assert set(hg.atoms) == set(ref["max"]), prog  # minimal model == brute-force fixpoint support
+        # hyperedges == every ground instantiation over M (self-loops dropped), each once, in canonical order
+        want_edges = {(ri, ps, c) for ri, ps, c in insts if all(p in ref["max"] for p in ps) and c not in ps}
+        got_edges = [
+            (ri, tuple(hg.atoms[p] for p in ps), hg.atoms[c])
+            for ri, ps, c in zip(hg.edge_rule, hg.edge_premises, hg.edge_head)
+        ]
+        assert len(got_edges) == len(set(got_edges)) and set(got_edges) == want_edges
+        assert list(zip(hg.edge_rule, hg.edge_premises)) == sorted(zip(hg.edge_rule, hg.edge_premises))
+        assert list(hg.atoms[: hg.num_axioms]) == list(dict.fromkeys(prog.axioms))
         goal = rng.choice(goals)
         for cost in ("max", "sum"):
             want = ref[cost].get(goal, math.inf)
