@@ -11,6 +11,7 @@ mean/median pushes and pops of host A* per heuristic (paper Figs. 5-6), plus pus
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
@@ -79,7 +80,8 @@ def _build_deeprd(args) -> int:
     config = DeeprdConfig(name=_config_name("deeprd", params), seed=args.seed, train=args.train,
                           validation=args.validation, test=args.test, spec=spec)
     builder = Deeprd(config=config, data_dir=args.data_dir, file_format="array_record")
-    builder.download_and_prepare()
+    with contextlib.redirect_stdout(sys.stderr):  # TFDS chatter; stdout carries only the figures JSON
+        builder.download_and_prepare()
     if args.jsonl:
         for split, records in read_splits(builder).items():
             with open(f"{args.jsonl}.{split}.jsonl", "w", encoding="utf-8") as fh:
@@ -92,7 +94,7 @@ def _build_deeprd(args) -> int:
 def _build_proofwriter(args) -> int:
     import tensorflow_datasets as tfds
 
-    from reasoner.data.tfds_builders import ProofwriterAstar, ProofwriterConfig
+    from reasoner.data.tfds_builders import EmptyDatasetError, ProofwriterAstar, ProofwriterConfig
 
     files: dict[str, list[str]] = {}
     for item in args.file:
@@ -110,14 +112,23 @@ def _build_proofwriter(args) -> int:
                                depth_dir=args.depth_dir, min_depth=args.min_depth, files=files)
     builder = ProofwriterAstar(config=config, data_dir=args.data_dir, file_format="array_record")
     dl_config = tfds.download.DownloadConfig(manual_dir=args.manual_dir) if args.manual_dir else None
+    empty = None
     try:
-        builder.download_and_prepare(download_config=dl_config)
+        with contextlib.redirect_stdout(sys.stderr):
+            builder.download_and_prepare(download_config=dl_config)
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except EmptyDatasetError as err:
+        empty = str(err)
     skipped = builder.load_report.skipped + builder.filter_report.skipped + builder.english_skipped
     for qid, reason in skipped:
         print(json.dumps({"id": qid, "skipped": reason}), file=sys.stderr)
-    _report(builder, {"params": params, "load": builder.load_report.as_dict(),
-                      "filter": dict(builder.filter_report.counts), "skipped_items": len(skipped)})
+    extra = {"params": params, "load": builder.load_report.as_dict(), "filter": dict(builder.filter_report.counts),
+             "skipped_items": len(skipped), "empty_splits": builder.empty_splits}
+    if empty is not None:
+        print(f"error: {empty}", file=sys.stderr)
+        print(json.dumps({"dataset": builder.name, **extra, "splits": {}}))
+        return 1
+    _report(builder, extra)
     return 0

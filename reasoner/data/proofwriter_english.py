@@ -7,11 +7,13 @@ A (True), B (False) or C (Unknown). Sentences are mapped to atoms and rules by t
 Templates covered (ProofWriter's generator; "something"/"someone" is the variable `?x`, "it"/"they" refer back to it):
   facts       Bob is red. | Bob is not red. | The cat sees the dog. | The cat does not see the dog.
   universals  All red things are big. | Red, cold people are not big. | All young, quiet things are smart.
-  rules       If <clause> (and <clause>)* then <clause>.   (also DeepRD's logic mode "If someone is X, they are Y.")   with clauses like "something is red", "it is cold and
-              not big", "they see the dog", "the tiger visits the dog", "Dave is smart", "it does not eat the cat".
+  rules       If <clause> (and <clause>)* then <clause>.   with clauses like "something is red", "it is cold and
+              not big", "they see the dog", "the tiger visits the dog", "Dave is smart", "it does not eat the cat";
+              also DeepRD's logic mode "If someone is X, they are Y.".
 ProntoQA's categorical sentences are also accepted: "Every tumpus is a wumpus.", "Each yumpus is not sour.",
 "Tumpuses are wumpuses.", "Wren is a tumpus." (nouns and adjectives are both unary predicates; the plurals of
-plural generics are singularized so "tumpuses"/"tumpus" meet). Anything else raises `SentenceError`, which loaders collect with ids.
+plural generics are singularized so "tumpuses"/"tumpus" meet). Anything else raises `SentenceError`, which loaders
+collect with ids.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import re
 from reasoner.data.proofwriter_atoms import VARIABLE, negate, third_person
 from search.logic import Atom, Program, Rule
 
-__all__ = ["SentenceError", "parse_sentence", "parse_theory_text", "parse_theory_sentences", "parse_statement", "split_sentences",
-           "LogicLLMQuestion", "load_logic_llm", "ANSWER_LABELS"]
+__all__ = ["SentenceError", "parse_sentence", "parse_theory_text", "parse_theory_sentences", "parse_statement",
+           "split_sentences", "LogicLLMQuestion", "load_logic_llm", "ANSWER_LABELS"]
 
 ANSWER_LABELS = {"A": True, "B": False, "C": None}
 _VAR_SUBJECTS = {"something", "someone", "somebody", "everything", "everyone"}

@@ -22,7 +22,11 @@ from reasoner.data.proofwriter_examples import FilterReport, logic_llm_records, 
 from reasoner.data.proofwriter_raw import SPLIT_FILE_STEMS, LoadReport, find_split_files, load_raw
 from reasoner.data.records import record_features
 
-__all__ = ["Deeprd", "DeeprdConfig", "ProofwriterAstar", "ProofwriterConfig", "read_splits"]
+__all__ = ["Deeprd", "DeeprdConfig", "ProofwriterAstar", "ProofwriterConfig", "EmptyDatasetError", "read_splits"]
+
+
+class EmptyDatasetError(ValueError):
+    """Every split came out empty (TFDS cannot write empty splits)."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -85,6 +89,7 @@ class ProofwriterAstar(tfds.core.GeneratorBasedBuilder):
         self.load_report = LoadReport()
         self.filter_report = FilterReport()
         self.english_skipped: list[tuple[str, str]] = []
+        self.empty_splits: list[str] = []
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(builder=self, description=__doc__, features=record_features(),
@@ -116,22 +121,32 @@ class ProofwriterAstar(tfds.core.GeneratorBasedBuilder):
             except AssertionError as err:  # TFDS's way of saying the manual dir is missing or empty
                 raise FileNotFoundError(str(err)) from None
         files = self._split_files(manual)
-        return {split: self._generate_examples(paths=paths) for split, paths in files.items()}
+        # Records are computed up front because TFDS cannot write an empty split: splits the filter empties are
+        # left out and listed in `empty_splits`.
+        records = {split: list(self._records(paths)) for split, paths in files.items()}
+        self.empty_splits = sorted(split for split, recs in records.items() if not recs)
+        kept = {split: recs for split, recs in records.items() if recs}
+        if not kept:
+            raise EmptyDatasetError(
+                f"no ProofWriter question survives the filter (provable goal, depth >= {self.builder_config.min_depth})"
+                f" in {sorted(files)}: {dict(self.filter_report.counts)}")
+        return {split: self._generate_examples(records=recs) for split, recs in kept.items()}
 
-    def _generate_examples(self, *, paths):
+    def _records(self, paths):
         cfg = self.builder_config
         if cfg.source == "raw":
             theories = load_raw(paths, report=self.load_report, default_world=cfg.world)
-            records = raw_records(theories, min_depth=cfg.min_depth, report=self.filter_report)
-        elif cfg.source == "logic-llm":
+            return raw_records(theories, min_depth=cfg.min_depth, report=self.filter_report)
+        if cfg.source == "logic-llm":
             questions = []
             for path in paths:
                 qs, skipped = load_logic_llm(path)
                 questions.extend(qs)
                 self.english_skipped.extend(skipped)
-            records = logic_llm_records(questions, min_depth=cfg.min_depth, report=self.filter_report)
-        else:
-            raise ValueError(f"source {cfg.source!r}: expected 'raw' or 'logic-llm'")
+            return logic_llm_records(questions, min_depth=cfg.min_depth, report=self.filter_report)
+        raise ValueError(f"source {cfg.source!r}: expected 'raw' or 'logic-llm'")
+
+    def _generate_examples(self, *, records):
         for rec in records:
             yield rec["id"], rec
 

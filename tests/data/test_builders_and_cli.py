@@ -121,3 +121,33 @@ def test_proofwriter_builder_with_an_empty_manual_dir(tmp_path):
                                file_format="array_record")
     with pytest.raises(FileNotFoundError, match="does not exist or is empty"):
         builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=tmp_path / "empty"))
+
+
+def test_data_build_proofwriter_raw_sample_where_the_filter_empties_a_split(shared_data, tmp_path, capsys):
+    raw = shared_data / "proofwriter" / "raw_cwa_mini.jsonl"
+    args = ["data", "build", "proofwriter", "--data-dir", str(tmp_path), "--world", "CWA"]
+    # Depth >= 3 (the paper's filter) leaves nothing of this depth-2 sample: reported, exit code 1.
+    assert main(args + ["--file", f"train={raw}"]) == 1
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert summary["splits"] == {} and summary["filter"] == {"too_shallow": 11, "not_provable": 12}
+    assert summary["load"]["naf_questions_skipped"] == 1 and "no ProofWriter question survives" in err
+    # With depth >= 2 the train split keeps 4 questions; a split the filter empties is listed, not written.
+    assert main(args + ["--min-depth", "2", "--file", f"train={raw}", "--file", f"test={raw}"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert {k: v["size"] for k, v in summary["splits"].items()} == {"train": 4, "test": 4}
+    assert summary["splits"]["train"]["mean_depth"] == 2
+
+
+def test_a_split_emptied_by_the_filter_is_listed_not_written(shared_data, tmp_path):
+    shallow = _owa_theory("Shallow-OWA-1")
+    del shallow["questions"]["Q1"]  # left: a depth-1 question and an Unknown one
+    path = tmp_path / "meta-test.jsonl"
+    path.write_text(json.dumps(shallow) + "\n")
+    config = ProofwriterConfig(name="mixed", world="CWA", min_depth=2,
+                               files={"train": [str(shared_data / "proofwriter" / "raw_cwa_mini.jsonl")],
+                                      "test": [str(path)]})
+    builder = ProofwriterAstar(config=config, data_dir=tmp_path / "tfds", file_format="array_record")
+    builder.download_and_prepare()
+    assert builder.empty_splits == ["test"]
+    assert {k: len(v) for k, v in read_splits(builder).items()} == {"train": 4}

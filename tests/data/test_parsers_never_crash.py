@@ -37,7 +37,8 @@ def test_theory_parser_reports_each_failure(sentences):
 
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+                    lambda inner: (st.lists(inner, max_size=4)
+                                   | st.dictionaries(st.text(max_size=10), inner, max_size=4)),
                     max_leaves=20)
 
 
