@@ -3,8 +3,8 @@
 Spec implemented (one problem):
   * a DAG over made-up attribute words; the start vertex is the only axiom and has exactly B successors;
   * one successor begins the main path start -> ... -> goal of exactly L edges: the goal's shortest proof depth is L;
-  * the other B - 1 successors begin distractor branches, chains of L or L + 1 edges that never reach the goal, so
-    the right first step is only visible L steps ahead (the lookahead);
+  * the other B - 1 successors begin distractor branches, chains of L or L + 1 edges that, as built, do not reach
+    the goal, so the right first step is only visible L steps ahead (the lookahead);
   * extra vertices (Saparov et al.'s recipe): a chain of ancestors of the start (rules whose premise is never
     derived), then vertices with random children and random non-descendant parents; they may join a distractor
     branch to the main path, but never lower the goal's depth below L, never add a start successor, never close
@@ -167,8 +167,10 @@ def generate_problem(*, seed: int, split: str, index: int, spec: DeepRDSpec = De
     # Extra vertices, as in Saparov et al.'s lookahead graphs: first a chain of ancestors feeding the start (never
     # derived: the start is the only axiom), then vertices wired to random children and to random parents that are
     # not their descendants (so the graph stays acyclic). Parents exclude the start (out-degree stays B); a vertex
-    # whose edges would shorten the goal's depth below L is redrawn. These edges let distractor branches rejoin
-    # the main path further down, which is what makes the dependency heuristic weak on DeepRD (paper Fig. 6).
+    # whose edges would shorten the goal's depth below L is redrawn (after 20 failed draws it stays unconnected).
+    # These edges can let a distractor branch rejoin the main path further down. (With unary rules the relaxed
+    # graph of the dependency heuristic is the graph itself, so that heuristic is exact here: A* with it pops and
+    # pushes exactly what A* with the true cost-to-go does.)
     n_extra = rng.randint(0, int(round(spec.extra_ratio * branches * lookahead)))
     n_prefix = rng.randint(0, min(n_extra, lookahead))
     prev = 0
