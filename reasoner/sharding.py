@@ -2,7 +2,7 @@
 
 `make_mesh(spec)` builds a `jax.sharding.Mesh` with axes `data, fsdp, tensor` from
 `[(name, size), ...]` or `"fsdp=4,tensor=2"`; one size may be -1 (the rest of the devices);
-axes left out get size 1. `logical_sharding(axes, shape, mesh)` turns logical axis names (see
+axes left out get size 1; no spec means `fsdp=-1`. `logical_sharding(axes, shape, mesh)` turns logical axis names (see
 `configs/sharding_rules.py`) into a `NamedSharding`; `state_shardings(state, mesh)` does it for every
 `nnx.Param` carrying `logical_axes` metadata (what `reasoner.models` creates).
 """
@@ -25,8 +25,8 @@ class MeshError(ValueError):
 
 def parse_mesh_spec(spec: str | Sequence[tuple[str, int]] | None) -> list[tuple[str, int]]:
     """`"fsdp=4,tensor=2"` or `[("fsdp", 4), ...]` -> [(name, size)] with every axis of MESH_AXES."""
-    if spec is None or spec == "":
-        pairs: list[tuple[str, int]] = []
+    if spec is None or spec == "" or spec == []:
+        pairs: list[tuple[str, int]] = [("fsdp", -1)]  # default: fully sharded data parallel
     elif isinstance(spec, str):
         pairs = []
         for part in spec.split(","):

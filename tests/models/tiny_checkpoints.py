@@ -92,7 +92,7 @@ def write_tiny_gguf(path: str, hf_model, *, quantize_linear: bool = True, bad_ty
             block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_1]
             raw = np.zeros((a.shape[0], a.shape[1] // block * size), np.uint8)
             w.add_tensor(g, raw, raw_dtype=gguf.GGMLQuantizationType.Q8_1)
-        elif quantize_linear and a.ndim == 2:
+        elif quantize_linear and a.ndim == 2 and a.shape[-1] % 32 == 0:  # Q8_0 blocks are 32 wide
             q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(g, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:
