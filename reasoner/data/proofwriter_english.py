@@ -84,11 +84,13 @@ def _subject(words: list[str], *, context_subject: str | None) -> tuple[str, lis
             raise SentenceError(f"pronoun {words[0]!r} with nothing to refer to")
         return context_subject, words[1:]
     if first == "the":
-        # "the bald eagle sees ...": the noun phrase runs up to the verb, the first word followed by an object,
-        # "is"/"are"/"does"/"do", or the end.
+        # "the bald eagle sees ...": the noun phrase runs up to the verb: "is"/"are"/"does"/"do", or the first
+        # word followed by an object ("the ..." or a final proper name).
         for i in range(2, len(words)):
             w = words[i].lower()
-            if w in _BE or w in ("does", "do") or (i + 1 < len(words) and words[i + 1].lower() == "the"):
+            takes_object = i + 1 < len(words) and (words[i + 1].lower() == "the"
+                                                    or (i + 2 == len(words) and words[i + 1][:1].isupper()))
+            if w in _BE or w in ("does", "do") or takes_object:
                 return "the " + " ".join(x.lower() for x in words[1:i]), words[i:]
         raise SentenceError(f"no verb after subject {' '.join(words)!r}")
     if words[0][:1].isupper() and words[0].isalpha():

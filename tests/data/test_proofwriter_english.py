@@ -54,6 +54,7 @@ def test_astar_depths_match_naive_fixpoint_on_real_theories(owa_dev):
     ("Bob is cold.", Atom("cold", ("Bob",))),
     ("The bald eagle does not eat the cat.", Atom("not_eats", ("the bald eagle", "the cat"))),
     ("The cat chases the dog.", Atom("chases", ("the cat", "the dog"))),
+    ("The bald eagle likes Bob.", Atom("likes", ("the bald eagle", "Bob"))),
     ("Red, cold things are round.", Rule((Atom("red", (X,)), Atom("cold", (X,))), Atom("round", (X,)))),
     ("All quiet people are not rough.", Rule((Atom("quiet", (X,)),), Atom("not_rough", (X,)))),
     ("If something is quiet and not cold then it does not chase the dog.",
