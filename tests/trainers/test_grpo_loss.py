@@ -376,3 +376,41 @@ def test_token_logps_and_entropy_match_trl_helpers(temperature):
     np.testing.assert_allclose(np.asarray(entropy), ref_entropy, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="temperature=0"):
         gl.token_logps_and_entropy(jnp.asarray(logits), jnp.asarray(ids), temperature=0)
+
+
+@pytest.mark.baseline
+@pytest.mark.parametrize("extra", [{"delta": 1.5}, {"use_bias_correction_kl": False}])
+def test_options_match_trl_compute_loss(extra):
+    """Two-sided clipping (delta) and the KL without importance correction, against TRL's code."""
+    batch = make_batch(23, num_iterations=3)
+    cfg = make_config("dapo", 0.04, **extra)
+    adv, _, _ = gl.group_advantages(batch["rewards"], num_generations=G, scale_rewards="batch")
+    mask = gl.loss_mask(batch["completion_mask"], tool_mask_BxT=batch["tool_mask"])
+
+    def f(logps):
+        return gl.grpo_loss(logps, old_logps_BxT=jnp.asarray(batch["old"]), ref_logps_BxT=jnp.asarray(batch["ref"]),
+                            advantages_B=adv, mask_BxT=mask, config=cfg)
+
+    (loss, _), grads = jax.value_and_grad(f, has_aux=True)(jnp.asarray(batch["logps"]))
+    trl_loss, trl_grad, _ = trl_compute_loss(
+        batch, cfg=cfg, num_iterations=3, mask_parts=(batch["completion_mask"], batch["tool_mask"]), advantages=adv,
+        num_items=float(np.asarray(mask).sum()), ga=1, spg=1)
+    np.testing.assert_allclose(float(loss), trl_loss, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads), trl_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_dapo_micro_batches_sum_to_the_generation_batch_loss():
+    """Split one generation batch into micro-batches (steps_per_generation = accumulation = 4): the summed
+    micro-batch losses equal the full-batch token mean, whatever the micro-batches' token counts."""
+    batch = make_batch(29, num_iterations=2)
+    cfg = make_config("dapo", 0.04)
+    mask = np.asarray(gl.loss_mask(batch["completion_mask"], tool_mask_BxT=batch["tool_mask"]))
+    adv = np.asarray(gl.group_advantages(batch["rewards"], num_generations=G)[0])
+    full, _ = ours(batch, cfg=cfg, num_iterations=2, mask=mask, advantages=adv)
+    total = 0.0
+    for rows in np.split(np.arange(B), 4):
+        micro = {k: (v[rows] if isinstance(v, np.ndarray) and v.shape[:1] == (B,) else v) for k, v in batch.items()}
+        loss, _ = ours(micro, cfg=cfg, num_iterations=2, mask=mask[rows], advantages=adv[rows],
+                       num_items=mask.sum(), ga=4, spg=4)
+        total += float(loss)
+    np.testing.assert_allclose(total, float(full), rtol=1e-6, atol=1e-7)
