@@ -1,0 +1,67 @@
+"""SFT on verbalized A* search traces (A* post-training, App. B.3).
+
+Paper settings: Adam (b1 0.9, b2 0.999), lr 2e-5, cosine schedule with warmup ratio 0.03, 3 epochs,
+batch 4 (1B) / 2 (3B), keep the epoch checkpoint with the lowest validation loss; max 1024 generated
+tokens on ProofWriter, 2048 on DeepRD.
+
+Variants: None / "smollm2" (the embedded SmolLM2-135M-Instruct, CPU-sized), "llama1b", "llama3b"
+(paper scale; set model.name to a Llama-3.2 HF directory), "deeprd" (2048-token traces), "tiny"
+(random 2-layer model with SmolLM2's tokenizer, for tests and smoke runs).
+"""
+
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.mesh = "fsdp=-1"  # "[name=size,...]" over data, fsdp, tensor; -1 takes the remaining devices
+    c.model = ml_collections.ConfigDict(dict(
+        name="smollm2-135m-instruct",  # preset, .gguf file or HF directory; "" = random init from model.random
+        tokenizer="",  # "" = the model's own
+        dtype="float32",  # compute dtype; master weights and optimizer state stay float32
+        remat=False,
+        seed=0,
+        random=ml_collections.ConfigDict(dict(
+            family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
+            num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)),
+    ))
+    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0))  # rank 0 = full fine-tuning
+    c.data = ml_collections.ConfigDict(dict(
+        source="jsonl", path="data/astar_traces", name="", tfds_dir="",
+        seq_len=1024, overflow="truncate", packing=True))
+    c.optim = ml_collections.ConfigDict(dict(
+        name="adam", lr=2e-5, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, max_grad_norm=1.0,
+        schedule="cosine", warmup_ratio=0.03, min_lr_ratio=0.0))
+    c.train = ml_collections.ConfigDict(dict(
+        batch_size=4, grad_accum=1, num_epochs=3, checkpoint_every=200, keep_checkpoints=3,
+        async_checkpoint=True, max_nonfinite_steps=5))
+    c.export_dir = ""  # "" = no export; else HF safetensors of the best-validation checkpoint
+    return c
+
+
+def get_config(variant=None) -> ml_collections.ConfigDict:
+    c = base_config()
+    if variant in (None, "smollm2"):
+        return c
+    if variant in ("llama1b", "llama3b"):
+        c.model.name = f"checkpoints/Llama-3.2-{variant[-2:].upper()}-Instruct"
+        c.model.dtype = "bfloat16"
+        c.model.remat = True
+        c.train.batch_size = 4 if variant == "llama1b" else 2
+        c.mesh = "fsdp=-1"
+        return c
+    if variant == "deeprd":
+        c.data.seq_len = 2048
+        return c
+    if variant == "tiny":
+        c.model.name = ""
+        c.model.tokenizer = "smollm2-135m-instruct"
+        c.data.seq_len = 256
+        c.optim.lr = 3e-3
+        c.optim.warmup_ratio = 0.1
+        c.train.batch_size = 8
+        c.train.num_epochs = 2
+        c.train.checkpoint_every = 2
+        return c
+    raise ValueError(f"unknown variant {variant!r}; expected one of None, smollm2, llama1b, llama3b, deeprd, tiny")

@@ -1,0 +1,107 @@
+"""Training curves: one JSON object per line (`metrics.jsonl`) and a PNG of every numeric series.
+
+`MetricsWriter(path)` appends records `{"step": n, "kind": "train"|"eval", ...}` and flushes each
+line, so a killed run keeps everything it logged. On resume, `truncate_after(step)` drops records
+of steps the restored checkpoint had not reached (they are recomputed), so the file reads as
+one uninterrupted run. `plot_curves(jsonl, png)` draws one panel per metric against step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+from typing import Any
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe scalar: numpy/jax scalars -> float/int; NaN/inf -> string so the line stays valid JSON."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class MetricsWriter:
+    """Append-only JSON-lines log of metrics records."""
+
+    def __init__(self, path, *, enabled: bool = True):
+        self.path = pathlib.Path(path)
+        self.enabled = enabled
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, step: int, kind: str = "train", **metrics: Any) -> None:
+        if not self.enabled:
+            return
+        record = {"step": int(step), "kind": kind, **{k: _clean(v) for k, v in metrics.items()}}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def truncate_after(self, step: int) -> None:
+        """Removes records with step > `step` (and a torn last line from a killed process)."""
+        if not self.enabled or not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if int(record.get("step", 0)) <= step:
+                kept.append(line)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        tmp.replace(self.path)
+
+
+def read_metrics(path, *, kind: str | None = None) -> list[dict[str, Any]]:
+    """All records of `path` (optionally only one kind), in file order."""
+    out = []
+    for line in pathlib.Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if kind is None or record.get("kind") == kind:
+                out.append(record)
+    return out
+
+
+def plot_curves(jsonl_path, png_path, *, keys: list[str] | None = None) -> pathlib.Path:
+    """One panel per numeric metric (train and eval records share a panel when names match)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(jsonl_path)
+    series: dict[str, dict[str, tuple[list, list]]] = {}
+    for r in records:
+        for key, value in r.items():
+            if key in ("step", "kind") or isinstance(value, (str, bool)) or value is None:
+                continue
+            if keys is not None and key not in keys:
+                continue
+            xs, ys = series.setdefault(key, {}).setdefault(r.get("kind", "train"), ([], []))
+            xs.append(r["step"])
+            ys.append(value)
+    names = sorted(series)
+    cols = 3
+    rows = max(1, math.ceil(len(names) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        for kind, (xs, ys) in series[name].items():
+            ax.plot(xs, ys, marker="o" if kind != "train" else None, markersize=3, label=kind)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    fig.tight_layout()
+    png_path = pathlib.Path(png_path)
+    fig.savefig(png_path, dpi=80)
+    plt.close(fig)
+    return png_path

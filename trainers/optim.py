@@ -1,0 +1,64 @@
+"""Optimizer and learning-rate schedules from a config section.
+
+`config.optim` fields: name ('adamw' | 'adam' | 'sgd'), lr, b1, b2, eps, weight_decay,
+max_grad_norm (0 disables clipping), schedule ('cosine' | 'constant' | 'linear'),
+warmup_ratio (fraction of total steps, TRL's `warmup_ratio`), min_lr_ratio (cosine floor).
+The cosine schedule is TRL/transformers' `get_cosine_schedule_with_warmup`: linear warm-up from 0
+over ceil(warmup_ratio * total) steps, then half a cosine to min_lr over the remaining steps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import optax
+
+SCHEDULES = ("cosine", "constant", "linear")
+OPTIMIZERS = ("adamw", "adam", "sgd")
+
+
+def warmup_steps(*, warmup_ratio: float, total_steps: int) -> int:
+    """transformers' rule: ceil(ratio * total)."""
+    return int(math.ceil(warmup_ratio * total_steps))
+
+
+def make_schedule(optim, *, total_steps: int) -> optax.Schedule:
+    """The lr at each optimizer step (0-based), as transformers computes it."""
+    if optim.schedule not in SCHEDULES:
+        raise ValueError(f"optim.schedule={optim.schedule!r}; expected one of {SCHEDULES}")
+    if total_steps < 1:
+        raise ValueError(f"total_steps={total_steps}; expected >= 1 (is the dataset empty?)")
+    peak = float(optim.lr)
+    warm = warmup_steps(warmup_ratio=float(optim.warmup_ratio), total_steps=total_steps)
+    floor = peak * float(optim.get("min_lr_ratio", 0.0))
+    decay = max(total_steps - warm, 1)
+
+    def schedule(step):
+        step = jnp.asarray(step, jnp.float32)
+        warm_lr = peak * step / max(warm, 1)
+        progress = jnp.clip((step - warm) / decay, 0.0, 1.0)
+        if optim.schedule == "cosine":
+            after = floor + (peak - floor) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+        elif optim.schedule == "linear":
+            after = floor + (peak - floor) * (1.0 - progress)
+        else:
+            after = jnp.full_like(step, peak)
+        return jnp.where(step < warm, warm_lr, after)
+
+    return schedule
+
+
+def make_optimizer(optim, *, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """(optimizer, schedule): clipping by global norm (optional) then AdamW/Adam/SGD with the schedule."""
+    if optim.name not in OPTIMIZERS:
+        raise ValueError(f"optim.name={optim.name!r}; expected one of {OPTIMIZERS}")
+    schedule = make_schedule(optim, total_steps=total_steps)
+    if optim.name == "adamw":
+        core = optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=optim.weight_decay)
+    elif optim.name == "adam":
+        core = optax.adam(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps)
+    else:
+        core = optax.sgd(schedule)
+    parts = [optax.clip_by_global_norm(optim.max_grad_norm)] if optim.max_grad_norm else []
+    return optax.chain(*parts, core), schedule

@@ -1,0 +1,89 @@
+"""The shared update step: gradient accumulation, global normalisation, NaN/inf guard, optimizer.
+
+`make_train_step(loss_fn=..., optimizer=..., schedule=...)` returns the pure function
+`step(state, frozen, batch) -> (state, metrics)`:
+
+* `batch` leaves are [A, B, ...]: A micro-batches of B rows each (A = gradient accumulation).
+* `loss_fn(params, frozen, micro_batch, denom) -> (loss, sums)` returns the micro-batch's share of
+  the global loss (already divided by `denom`, which `denominator(batch)` computes once over the
+  whole [A, B] batch) and a dict of metric sums. Gradients and sums are added over micro-batches,
+  so the loss is exactly the global-batch mean (TRL's `num_items_in_batch` normalisation).
+* A non-finite loss or gradient norm leaves params and optimizer state untouched and reports
+  `skipped = 1`; the step counter still advances (the batch was consumed).
+
+`jit_train_step` jits it once with explicit in/out shardings and the state donated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from trainers.state import TrainState
+
+LossFn = Callable[[Any, Any, dict, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
+
+
+def make_train_step(
+    *,
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    denominator: Callable[[dict], jax.Array],
+):
+    """Builds the pure step function described in the module docstring."""
+
+    def step(state: TrainState, frozen: Any, batch: dict) -> tuple[TrainState, dict[str, jax.Array]]:
+        denom = jnp.maximum(denominator(batch).astype(jnp.float32), 1.0)
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+        def micro(carry, micro_batch):
+            grads_acc, loss_acc, sums_acc = carry
+            (loss, sums), grads = grad_fn(state.params, frozen, micro_batch, denom)
+            grads_acc = jax.tree.map(jnp.add, grads_acc, grads)
+            sums_acc = jax.tree.map(jnp.add, sums_acc, sums)
+            return (grads_acc, loss_acc + loss, sums_acc), None
+
+        first = jax.tree.map(lambda x: x[0], batch)
+        sums_shape = jax.eval_shape(lambda: loss_fn(state.params, frozen, first, denom)[1])
+        zeros_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape)
+        zeros_grads = jax.tree.map(jnp.zeros_like, state.params)
+        (grads, loss, sums), _ = jax.lax.scan(micro, (zeros_grads, jnp.zeros((), jnp.float32), zeros_sums), batch)
+
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        # Zeroed grads keep the (discarded) update itself finite, so the select below never mixes in NaNs.
+        safe_grads = jax.tree.map(lambda g: jnp.where(finite, g, jnp.zeros_like(g)), grads)
+        updates, new_opt_state = optimizer.update(safe_grads, state.opt_state, state.params)
+        new_params = optax.apply_updates(state.params, updates)
+        keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+        new_state = TrainState(
+            step=state.step + 1,
+            params=jax.tree.map(keep, new_params, state.params),
+            opt_state=jax.tree.map(keep, new_opt_state, state.opt_state),
+            rng=jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0]),
+        )
+        metrics = {
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "lr": schedule(state.step),
+            "skipped": (~finite).astype(jnp.int32),
+            "denom": denom,
+            **sums,
+        }
+        return new_state, metrics
+
+    return step
+
+
+def jit_train_step(step, *, state_sharding, frozen_sharding, batch_sharding, metrics_sharding, donate: bool = True):
+    """jax.jit with explicit shardings (metrics replicated); the state buffers are donated (updated in place)."""
+    return jax.jit(
+        step,
+        in_shardings=(state_sharding, frozen_sharding, batch_sharding),
+        out_shardings=(state_sharding, metrics_sharding),
+        donate_argnums=(0,) if donate else (),
+    )
