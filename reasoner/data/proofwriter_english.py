@@ -209,6 +209,8 @@ def parse_sentence(sentence: str, *, name: str = "") -> Atom | Rule:
                 raise SentenceError("expected one conclusion")
             return Rule(tuple(premises), conclusions[0], name)
         words = _words(text)
+        if not words:
+            raise SentenceError("no words")
         first = words[0].lower()
         is_fact_subject = first in ("the",) or (words[0][:1].isupper() and first not in _QUANT and len(words) > 1
                                                  and words[1].lower() not in ("things", "people", ",", "are"))

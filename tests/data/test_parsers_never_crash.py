@@ -15,7 +15,7 @@ WORDS = st.sampled_from(["If", "if", "something", "someone", "it", "they", "is",
 SENTENCES = st.one_of(st.text(max_size=60), st.lists(WORDS, max_size=12).map(" ".join))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(SENTENCES)
 def test_sentence_parser_returns_or_raises_sentence_error(text):
     try:
