@@ -2,11 +2,13 @@
 
 import json
 
+import grain
 import pytest
 import tensorflow_datasets as tfds
 
 from reasoner.cli import main
 from reasoner.data.deeprd import generate_problem, problem_record
+from reasoner.data.records import decode_record
 from reasoner.data.tfds_builders import Deeprd, DeeprdConfig, ProofwriterAstar, ProofwriterConfig, read_splits
 from tests.data.test_proofwriter_raw import _owa_theory
 
@@ -19,6 +21,9 @@ def test_deeprd_builder_round_trip(tmp_path):
     builder.download_and_prepare()
     source = tfds.data_source("deeprd/t3", data_dir=tmp_path)  # by name, as grain would open it
     assert {k: len(v) for k, v in source.items()} == {"train": 3, "validation": 1, "test": 2}
+    decoded = grain.MapDataset.source(source["train"]).map(decode_record)  # what a grain pipeline sees
+    assert sorted(r["id"] for r in decoded) == [f"deeprd-train-5-{i}" for i in range(3)]
+    assert all(len(r["rule_texts"]) == len(json.loads(r["program"])["rules"]) for r in decoded)
     stored = {r["id"].decode(): r for r in read_splits(builder)["train"]}
     for i in range(3):
         fresh = problem_record(generate_problem(seed=5, split="train", index=i))
