@@ -123,7 +123,7 @@ class ProofwriterAstar(tfds.core.GeneratorBasedBuilder):
         files = self._split_files(manual)
         # Records are computed up front because TFDS cannot write an empty split: splits the filter empties are
         # left out and listed in `empty_splits`.
-        records = {split: list(self._records(paths)) for split, paths in files.items()}
+        records = {split: list(self._records(paths, split=split)) for split, paths in files.items()}
         self.empty_splits = sorted(split for split, recs in records.items() if not recs)
         kept = {split: recs for split, recs in records.items() if recs}
         if not kept:
@@ -132,10 +132,13 @@ class ProofwriterAstar(tfds.core.GeneratorBasedBuilder):
                 f" in {sorted(files)}: {dict(self.filter_report.counts)}")
         return {split: self._generate_examples(records=recs) for split, recs in kept.items()}
 
-    def _records(self, paths):
+    def _records(self, paths, *, split: str):
+        from tqdm.auto import tqdm
+
         cfg = self.builder_config
         if cfg.source == "raw":
             theories = load_raw(paths, report=self.load_report, default_world=cfg.world)
+            theories = tqdm(theories, desc=f"{split}: A* filter", unit=" theories")
             return raw_records(theories, min_depth=cfg.min_depth, report=self.filter_report)
         if cfg.source == "logic-llm":
             questions = []
@@ -143,6 +146,7 @@ class ProofwriterAstar(tfds.core.GeneratorBasedBuilder):
                 qs, skipped = load_logic_llm(path)
                 questions.extend(qs)
                 self.english_skipped.extend(skipped)
+            questions = tqdm(questions, desc=f"{split}: A* filter", unit=" questions")
             return logic_llm_records(questions, min_depth=cfg.min_depth, report=self.filter_report)
         raise ValueError(f"source {cfg.source!r}: expected 'raw' or 'logic-llm'")
 
