@@ -156,3 +156,18 @@ def test_a_split_emptied_by_the_filter_is_listed_not_written(shared_data, tmp_pa
     builder.download_and_prepare()
     assert builder.empty_splits == ["test"]
     assert {k: len(v) for k, v in read_splits(builder).items()} == {"train": 4}
+
+
+def test_empty_and_cyclic_programs_are_reported_by_id(tmp_path, capsys):
+    records = [{"id": "empty", "context": "If someone is big then they are red.", "question": "? Bob is red.",
+                "answer": "C"},
+               {"id": "cyclic", "context": "Bob is big. If something is red then it is red.",
+                "question": "? Bob is red.", "answer": "C"},
+               {"id": "fine", "context": "Bob is big.", "question": "? Bob is red.", "answer": "C"}]
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(records))
+    assert main(["astar", "solve", "--input", str(path), "--format", "logic-llm", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["id"] for r in _json_lines(out)] == ["fine"]
+    reports = {r["id"]: r["skipped"] for r in _json_lines(err)}
+    assert "empty program" in reports["empty"] and "cyclic" in reports["cyclic"]
