@@ -24,7 +24,7 @@ from search.kernel_heuristics import axiom_weight, edge_costs, heuristic_h, insi
 from search.kernel_queue import choose_queue
 from search.kernel_tensors import HypergraphArrays, ProblemBatch
 
-__all__ = ["KernelResult", "astar_batch", "astar_one", "from_hypergraph", "problem_arrays"]
+__all__ = ["KernelResult", "astar_batch", "astar_one", "device_heuristic", "from_hypergraph", "problem_arrays"]
 
 _INF = jnp.inf
 
@@ -124,47 +124,88 @@ def _v_pops(trace_M, n_trace, premises_MxK, popped_N, popped_f_N, n: int):
     return mask, jnp.sum(mask, dtype=jnp.int32), jnp.sum(jnp.where(mask, f_at_pop, 0.0))
 
 
-@functools.partial(jax.jit, static_argnames=("heuristic", "cost", "queue_kind"))
-def _astar_jit(batch: ProblemBatch, h_BxN, *, heuristic: str, cost: str, queue_kind: str) -> KernelResult:
+def _axiom_mask(axo, n: int):
+    return jnp.zeros((n,), bool).at[jnp.where(axo >= 0, axo, n)].set(True, mode="drop")
+
+
+def _over_batch(fn, mesh, axis: str, n_args: int):
+    """vmap `fn` over the batch; with a mesh, run it per shard of `axis` (shard_map), so every device loops only
+    until its own problems finish and no collective runs inside the search loop."""
+    batched = jax.vmap(fn)
+    if mesh is None:
+        return batched
+    spec = jax.sharding.PartitionSpec(axis)
+    return jax.shard_map(batched, mesh=mesh, in_specs=(spec,) * n_args, out_specs=spec)
+
+
+def _check_mesh(batch: ProblemBatch, mesh, axis: str) -> None:
+    if mesh is not None:
+        shards = mesh.shape[axis]
+        if batch.batch % shards:
+            raise ValueError(f"batch of {batch.batch} problems does not split over mesh axis {axis!r} of size "
+                             f"{shards}: pack with pack_batch(..., pad_batch_to={shards})")
+
+
+@functools.partial(jax.jit, static_argnames=("heuristic", "cost", "mesh", "axis"))
+def _heuristic_jit(batch: ProblemBatch, *, heuristic: str, cost: str, mesh, axis: str):
+    n = batch.sizes[0]
+
+    def one(axo, prem, head, goal):
+        axiom_mask = _axiom_mask(axo, n)
+        w_in = inside_weights(axiom_mask, prem, head, cost=cost) if heuristic == "true" else None
+        return heuristic_h(heuristic, goal=goal, axiom_mask_N=axiom_mask, premises_MxK=prem, head_M=head,
+                           cost=cost, w_N=w_in)
+
+    return _over_batch(one, mesh, axis, 4)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
+                                           batch.goal_B)
+
+
+def device_heuristic(batch: ProblemBatch, *, heuristic: str, cost: str = "max", mesh=None,
+                     axis: str = "data") -> jax.Array:
+    """h_BxN float32 for heuristic "zero" | "dependency" | "true", computed on device (jitted per heuristic)."""
+    if heuristic not in ("zero", "dependency", "true"):
+        raise ValueError(f"heuristic {heuristic!r} is not one of ('zero', 'dependency', 'true')")
+    axiom_weight(cost)
+    _check_mesh(batch, mesh, axis)
+    return _heuristic_jit(batch, heuristic=heuristic, cost=cost, mesh=mesh, axis=axis)
+
+
+@functools.partial(jax.jit, static_argnames=("cost", "queue_kind", "mesh", "axis"))
+def _astar_jit(batch: ProblemBatch, h_BxN, *, cost: str, queue_kind: str, mesh, axis: str) -> KernelResult:
     n, m, k, d = batch.sizes
     queue = choose_queue(n + m, max_push=d, kind=queue_kind)
 
-    def one(axo, prem, head, oute, goal, h_given):
-        axiom_mask = jnp.zeros((n,), bool).at[jnp.where(axo >= 0, axo, n)].set(True, mode="drop")
-        if heuristic == "given":
-            h = h_given
-        else:
-            w_in = inside_weights(axiom_mask, prem, head, cost=cost) if heuristic == "true" else None
-            h = heuristic_h(heuristic, goal=goal, axiom_mask_N=axiom_mask, premises_MxK=prem, head_M=head,
-                            cost=cost, w_N=w_in)
+    def one(axo, prem, head, oute, goal, h):
         wg, trace, npush, popped, popped_f, npop = astar_one(axo, prem, head, oute, goal, h, cost=cost, queue=queue)
         vmask, vcount, xd = _v_pops(trace, npush, prem, popped, popped_f, n)
         return KernelResult(wg, trace, npush, popped, popped_f, npop, vmask, vcount, xd, h)
 
-    return jax.vmap(one)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM, batch.out_edges_BxNxD,
-                         batch.goal_B, h_BxN)
+    return _over_batch(one, mesh, axis, 6)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
+                                           batch.out_edges_BxNxD, batch.goal_B, h_BxN)
 
 
 def astar_batch(batch: ProblemBatch, *, heuristic: str = "zero", cost: str = "max", queue: str = "auto",
-                h_BxN=None) -> KernelResult:
-    """Batched A* (jitted; one compile per (sizes, heuristic, cost, queue)).
+                h_BxN=None, mesh=None, axis: str = "data") -> KernelResult:
+    """Batched A* on device. The search is jitted once per (padded sizes, cost, queue); heuristics are separate
+    small jits, so the three heuristics share one compiled search.
 
     heuristic: "zero" | "dependency" | "true" (computed on device) or "given" with `h_BxN` float32 [B, N] (entries
     must be >= 0 or +inf; NaN or negative values raise). queue: "auto" (dense up to a capacity, blocked beyond),
-    "dense" or "blocked". Shard `batch` (and `h_BxN`) along axis 0 to run data-parallel.
+    "dense" or "blocked". mesh: run data-parallel with the batch split over mesh axis `axis` (shard_map); place
+    `batch` with NamedSharding(mesh, PartitionSpec(axis)) to avoid a transfer.
     """
-    if cost not in ("max", "sum"):
-        raise ValueError(f"cost {cost!r} is not one of ('max', 'sum')")
-    n = batch.sizes[0]
+    axiom_weight(cost)
+    if queue not in ("auto", "dense", "blocked"):
+        raise ValueError(f"unknown queue kind {queue!r} (expected 'auto', 'dense' or 'blocked')")
+    _check_mesh(batch, mesh, axis)
     if heuristic == "given":
         if h_BxN is None:
             raise ValueError("heuristic='given' needs h_BxN, a float32 [batch, N] array of heuristic values")
         _check_h(h_BxN, batch)
-    elif heuristic in ("zero", "dependency", "true"):
-        h_BxN = jnp.zeros((batch.batch, n), jnp.float32)
+        h_BxN = jnp.asarray(h_BxN, jnp.float32)
     else:
-        raise ValueError(f"heuristic {heuristic!r} is not one of ('zero', 'dependency', 'true', 'given')")
-    return _astar_jit(batch, h_BxN, heuristic=heuristic, cost=cost, queue_kind=queue)
+        h_BxN = device_heuristic(batch, heuristic=heuristic, cost=cost, mesh=mesh, axis=axis)
+    return _astar_jit(batch, h_BxN, cost=cost, queue_kind=queue, mesh=mesh, axis=axis)
 
 
 def _check_h(h_BxN, batch: ProblemBatch) -> None:

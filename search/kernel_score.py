@@ -3,7 +3,7 @@
 Two jitted calls, batch in, batch out:
 * `score_tables(batch, cost=)` once per problem batch: inside weights, f = w + h for the dependency and the true
   heuristic, the canonical shortest proof's steps and |V_pops|, and alpha of each reward (the A* traces under the
-  dependency and true heuristics run on device with `search.kernel.astar_one`).
+  dependency and true heuristics run on device with `search.kernel.astar_batch`).
 * `score_traces(batch, tables, ids_BxGxT, lengths_BxG)` for G candidates per problem: a `lax.scan` over steps keeps
   the set of known atoms (axioms, conclusions of earlier VALID steps); a step is valid iff its id is a hyperedge of
   the problem and all its premises are known. Outputs per candidate: valid_BxGxT, correct, pushes (= length),
@@ -29,9 +29,8 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from search.kernel import astar_one
-from search.kernel_heuristics import dependency_h, edge_costs, inside_weights, true_h
-from search.kernel_queue import choose_queue
+from search.kernel import _over_batch, astar_batch
+from search.kernel_heuristics import edge_costs, inside_weights
 from search.kernel_tensors import ProblemBatch
 
 __all__ = ["ScoreTables", "TraceScores", "score_tables", "score_traces", "pack_traces", "REWARDS",
@@ -100,31 +99,33 @@ def _shortest(goal, axiom_mask_N, w_N, premises_MxK, head_M, *, cost: str):
     return jnp.sum(used, dtype=jnp.int32), jnp.sum(prem_mask, dtype=jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("cost", "queue_kind"))
-def score_tables(batch: ProblemBatch, *, cost: str = "max", queue_kind: str = "auto") -> ScoreTables:
-    """Per-problem scoring constants (runs A* with the dependency and the true heuristic on device)."""
-    n, m, _, d = batch.sizes
-    queue = choose_queue(n + m, max_push=d, kind=queue_kind)
+@functools.partial(jax.jit, static_argnames=("cost", "mesh", "axis"))
+def _tables_jit(batch: ProblemBatch, h_dep_BxN, h_true_BxN, vp_dep_BxN, vp_true_BxN, *, cost: str, mesh, axis: str):
+    n = batch.sizes[0]
 
-    def one(axo, prem, head, oute, goal):
+    def one(axo, prem, head, goal, h_dep, h_true, vp_dep, vp_true):
         axiom_mask = jnp.zeros((n,), bool).at[jnp.where(axo >= 0, axo, n)].set(True, mode="drop")
         w = inside_weights(axiom_mask, prem, head, cost=cost)
-        h_dep = dependency_h(goal, prem, head, n)
-        h_true = true_h(goal, w, prem, head, cost=cost)
         f_dep, f_true = w + h_dep, w + h_true
-        alphas = []
-        for f, h in ((f_dep, h_dep), (f_true, h_true)):
-            _, trace, npush, *_ = astar_one(axo, prem, head, oute, goal, h, cost=cost, queue=queue)
-            ok = (jnp.arange(m) < npush) & (trace >= 0)
-            tp = prem[jnp.maximum(trace, 0)]
-            vp = jnp.zeros((n,), bool).at[jnp.where(ok[:, None] & (tp >= 0), tp, n)].set(True, mode="drop")
-            alphas.append(jnp.sum(jnp.where(vp, f, 0.0)))
+        # alpha = x_delta of A*'s own trace, with f = inside weight + h as the host reward uses
+        a_dep = jnp.sum(jnp.where(vp_dep, f_dep, 0.0))
+        a_true = jnp.sum(jnp.where(vp_true, f_true, 0.0))
         ref_pushes, ref_pops = _shortest(goal, axiom_mask, w, prem, head, cost=cost)
-        alpha = jnp.stack([jnp.float32(0), ref_pushes.astype(jnp.float32), alphas[0], alphas[1]])
+        alpha = jnp.stack([jnp.float32(0), ref_pushes.astype(jnp.float32), a_dep, a_true])
         return ScoreTables(w, f_dep, f_true, alpha, ref_pushes, ref_pops)
 
-    return jax.vmap(one)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM, batch.out_edges_BxNxD,
-                         batch.goal_B)
+    return _over_batch(one, mesh, axis, 8)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM, batch.goal_B,
+                                           h_dep_BxN, h_true_BxN, vp_dep_BxN, vp_true_BxN)
+
+
+def score_tables(batch: ProblemBatch, *, cost: str = "max", queue: str = "auto", mesh=None,
+                 axis: str = "data") -> ScoreTables:
+    """Per-problem scoring constants: runs device A* with the dependency and the true heuristic (the compiled
+    search is shared with `astar_batch`), then one small jit for weights, f, alpha and the shortest proof."""
+    dep = astar_batch(batch, heuristic="dependency", cost=cost, queue=queue, mesh=mesh, axis=axis)
+    true = astar_batch(batch, heuristic="true", cost=cost, queue=queue, mesh=mesh, axis=axis)
+    return _tables_jit(batch, dep.h_BxN, true.h_BxN, dep.v_pops_BxN, true.v_pops_BxN, cost=cost, mesh=mesh,
+                       axis=axis)
 
 
 def _decay(x, alpha, correct):
@@ -170,17 +171,26 @@ def _score_one(ids_T, length, *, axo, prem, head, goal, n_edges, tab: ScoreTable
                        jnp.where(correct, eff_pops, nan), flags.astype(jnp.int32))
 
 
-@jax.jit
-def score_traces(batch: ProblemBatch, tables: ScoreTables, ids_BxGxT, lengths_BxG) -> TraceScores:
-    """Score G candidate traces per problem (hyperedge ids, padded to T; `lengths_BxG` real step counts)."""
-
+@functools.partial(jax.jit, static_argnames=("mesh", "axis"))
+def _score_jit(batch: ProblemBatch, tables: ScoreTables, ids_BxGxT, lengths_BxG, *, mesh, axis: str):
     def per_problem(axo, prem, head, goal, n_edges, tab, ids_GxT, len_G):
         fn = functools.partial(_score_one, axo=axo, prem=prem, head=head, goal=goal, n_edges=n_edges, tab=tab)
         return jax.vmap(fn)(ids_GxT, len_G)
 
-    return jax.vmap(per_problem)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM, batch.goal_B,
-                                 batch.n_edges_B, tables, jnp.asarray(ids_BxGxT, jnp.int32),
-                                 jnp.asarray(lengths_BxG, jnp.int32))
+    return _over_batch(per_problem, mesh, axis, 8)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
+                                                   batch.goal_B, batch.n_edges_B, tables, ids_BxGxT, lengths_BxG)
+
+
+def score_traces(batch: ProblemBatch, tables: ScoreTables, ids_BxGxT, lengths_BxG, *, mesh=None,
+                 axis: str = "data") -> TraceScores:
+    """Score G candidate traces per problem (hyperedge ids padded to T, `lengths_BxG` real step counts); jitted,
+    pure, so it also runs inside a jitted GRPO step. With `mesh`, the batch axis is split over `axis`."""
+    ids = jnp.asarray(ids_BxGxT, jnp.int32)
+    lengths = jnp.asarray(lengths_BxG, jnp.int32)
+    if ids.ndim != 3 or lengths.shape != ids.shape[:2] or ids.shape[0] != batch.batch:
+        raise ValueError(f"ids_BxGxT {ids.shape} and lengths_BxG {lengths.shape}: expected [B, G, T] and [B, G] "
+                         f"with B = {batch.batch} problems")
+    return _score_jit(batch, tables, ids, lengths, mesh=mesh, axis=axis)
 
 
 def pack_traces(traces: Sequence[Sequence[Sequence[int]]], *, max_len: int | None = None,
