@@ -1,0 +1,1 @@
+"""Task families: prompt rendering, answer extraction and scoring."""

@@ -1,0 +1,327 @@
+"""A persistent CPU-only process pool for host-side verifiers (Z3, sandboxed code, judges).
+
+Why a pool of clean processes: verification runs beside the accelerator (the trainer submits a
+batch, keeps the device busy, then collects futures), must survive hostile inputs (infinite loops,
+unbounded allocation, segfaults) and must never drag JAX into a CPU helper. Each worker is a fresh
+`python -m reasoner.verifiers.worker` (the "spawn" start method done by hand: multiprocessing's
+spawn and forkserver both re-import the parent's `__main__`, which in a trainer imports JAX).
+
+Per call the pool enforces
+  * a wall-clock deadline: SIGTERM to the worker's process group, SIGKILL after `term_grace_s`;
+  * a memory cap: the worker's resident set may grow at most `memory_mb` above its idle size
+    (polled every `poll_s`; RLIMIT_AS at `address_space_mb` is the hard backstop);
+  * crash isolation: a worker that dies fails only its own call and is replaced;
+and it recycles a worker after `max_tasks_per_worker` calls. The queue in front of the workers is
+bounded: `submit` blocks (or raises `queue.Full` with `block=False`) when it is full.
+
+Counters (`stats()`): calls, ok, errors, timeouts, memory_kills, crashes, recycled, restarts and
+latency p50/p95 of the service time (send to reply) in milliseconds.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import concurrent.futures
+import dataclasses
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from reasoner.verifiers import worker as wire
+
+OUTCOMES = ("ok", "error", "timeout", "memory", "crash")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolConfig:
+    """Limits of a `VerifierPool`. Defaults follow Sequent-Prover App. A.2 (30 s, 256 MB)."""
+
+    workers: int = 2
+    deadline_s: float = 30.0
+    memory_mb: int = 256
+    max_tasks_per_worker: int = 500
+    queue_size: int = 64
+    term_grace_s: float = 0.5
+    poll_s: float = 0.01
+    address_space_mb: int = 8192
+    start_timeout_s: float = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class CallResult:
+    """What one pool call produced. `outcome` is one of OUTCOMES; `value` is set only for "ok"."""
+
+    outcome: str
+    value: Any = None
+    error: str | None = None
+    elapsed_s: float = 0.0
+    queued_s: float = 0.0
+    worker_pid: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+
+def kill_process_group(proc: subprocess.Popen, *, grace_s: float) -> str:
+    """SIGTERM the group led by `proc`, SIGKILL it after `grace_s`; returns the signal that ended it."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=wait_s)
+            # Grandchildren left in the group (e.g. a forked payload) get the hard signal too.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return sig.name
+        except subprocess.TimeoutExpired:
+            continue
+    return "unkillable"
+
+
+def resident_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class _Worker:
+    """One worker process and its pipes; used by exactly one pool thread."""
+
+    def __init__(self, config: PoolConfig):
+        self.config = config
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+        env.pop("PYTHONSTARTUP", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "reasoner.verifiers.worker", str(config.address_space_mb)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=env, start_new_session=True, close_fds=True,
+        )
+        self.tasks_done = 0
+        hello = self._read(deadline=time.monotonic() + config.start_timeout_s)
+        if not isinstance(hello, dict) or not hello.get("ok"):
+            self.kill()
+            raise RuntimeError(f"verifier worker failed to start (got {hello!r})")
+        self.pid = self.proc.pid
+        self.idle_rss = resident_bytes(self.pid)
+
+    def _read(self, *, deadline: float, memory_limit: int | None = None):
+        """The next reply frame, or "timeout" / "memory" / "crash" when it does not come."""
+        fd = self.proc.stdout.fileno()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout"
+            ready, _, _ = select.select([fd], [], [], min(remaining, self.config.poll_s))
+            if ready:
+                frame = wire.read_frame(self.proc.stdout)
+                return "crash" if frame is None else frame
+            if memory_limit is not None and resident_bytes(self.proc.pid) > memory_limit:
+                return "memory"
+
+    def call(self, request: dict, *, deadline_s: float, memory_mb: int):
+        self.tasks_done += 1
+        try:
+            wire.write_frame(self.proc.stdin, request)
+        except (BrokenPipeError, OSError):
+            return "crash"
+        limit = self.idle_rss + memory_mb * 1024 * 1024
+        return self._read(deadline=time.monotonic() + deadline_s, memory_limit=limit)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> str:
+        return kill_process_group(self.proc, grace_s=self.config.term_grace_s)
+
+    def retire(self) -> None:
+        """Graceful stop: close stdin so the worker exits its loop, kill if it lingers."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=2.0)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+class VerifierPool:
+    """Persistent worker processes behind a bounded queue; `submit` returns futures of CallResult.
+
+    Use as a context manager or call `close()`. `target` is "package.module:function"; its module
+    must not import JAX (the worker would then carry it). Arguments and results must be picklable.
+    """
+
+    def __init__(self, config: PoolConfig | None = None, **overrides):
+        self.config = dataclasses.replace(config or PoolConfig(), **overrides)
+        if self.config.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.config.workers}")
+        self._queue: queue.Queue = queue.Queue(maxsize=self.config.queue_size)
+        self._lock = threading.Lock()
+        self._counts = collections.Counter()
+        self._latency_s: collections.deque = collections.deque(maxlen=20000)
+        self._pids: dict[int, int] = {}
+        self._closed = False
+        self._next_id = 0
+        self._threads = []
+        started = threading.Barrier(self.config.workers + 1)
+        self._start_errors: list[BaseException] = []
+        for index in range(self.config.workers):
+            thread = threading.Thread(target=self._serve, args=(index, started), daemon=True,
+                                      name=f"verifier-pool-{index}")
+            thread.start()
+            self._threads.append(thread)
+        started.wait()
+        if self._start_errors:
+            self.close()
+            raise self._start_errors[0]
+        atexit.register(self.close)
+
+    # -- public API -----------------------------------------------------------------------
+    def submit(self, target: str, *args, task_kwargs: dict | None = None, deadline_s: float | None = None,
+               memory_mb: int | None = None, block: bool = True,
+               timeout: float | None = None) -> concurrent.futures.Future:
+        """Queue `target(*args, **task_kwargs)`; blocks while the queue is full (backpressure).
+
+        With `block=False` (or a `timeout`) a full queue raises `queue.Full` instead of waiting.
+        `deadline_s` / `memory_mb` override the pool's limits for this call.
+        """
+        if self._closed:
+            raise RuntimeError("VerifierPool is closed")
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self._next_id += 1
+            call_id = self._next_id
+        request = {"id": call_id, "target": target, "args": args, "kwargs": dict(task_kwargs or {})}
+        limits = (deadline_s or self.config.deadline_s, memory_mb or self.config.memory_mb)
+        self._queue.put((future, request, limits, time.perf_counter()), block=block, timeout=timeout)
+        return future
+
+    def submit_batch(self, target: str, batch_args: list[tuple], **limits) -> list[concurrent.futures.Future]:
+        """One future per argument tuple, in order; overlaps with whatever the caller does next."""
+        return [self.submit(target, *args, **limits) for args in batch_args]
+
+    def map(self, target: str, batch_args: list[tuple], **limits) -> list[CallResult]:
+        return [f.result() for f in self.submit_batch(target, batch_args, **limits)]
+
+    def worker_pids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._pids.values())
+
+    def stats(self) -> dict:
+        with self._lock:
+            counts = dict(self._counts)
+            lat = sorted(self._latency_s)
+        def pct(q):
+            return round(1e3 * lat[min(len(lat) - 1, int(q * len(lat)))], 3) if lat else None
+        out = {key: counts.get(key, 0) for key in
+               ("calls", "ok", "errors", "timeouts", "memory_kills", "crashes", "recycled", "restarts")}
+        out.update(latency_p50_ms=pct(0.5), latency_p95_ms=pct(0.95), queued=self._queue.qsize())
+        return out
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout=self.config.deadline_s + 10)
+        atexit.unregister(self.close)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- worker threads -------------------------------------------------------------------
+    def _spawn(self, index: int) -> _Worker:
+        worker = _Worker(self.config)
+        with self._lock:
+            self._pids[index] = worker.pid
+        return worker
+
+    def _serve(self, index: int, started: threading.Barrier) -> None:
+        try:
+            worker = self._spawn(index)
+        except BaseException as err:  # noqa: BLE001
+            self._start_errors.append(err)
+            worker = None
+        started.wait()
+        if worker is None:
+            return
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                future, request, (deadline_s, memory_mb), submitted = item
+                if not future.set_running_or_notify_cancel():
+                    continue
+                if not worker.alive():
+                    worker = self._replace(index, worker, "restarts")
+                begin = time.perf_counter()
+                reply = worker.call(request, deadline_s=deadline_s, memory_mb=memory_mb)
+                elapsed = time.perf_counter() - begin
+                result = self._to_result(reply, worker, request, deadline_s, memory_mb,
+                                         elapsed=elapsed, queued=begin - submitted)
+                if result.outcome in ("timeout", "memory", "crash"):
+                    worker.kill()  # before answering, so the caller never sees a straggler
+                future.set_result(result)
+                if result.outcome in ("timeout", "memory", "crash"):
+                    worker = self._replace(index, worker, "restarts")
+                elif worker.tasks_done >= self.config.max_tasks_per_worker:
+                    worker = self._replace(index, worker, "recycled", graceful=True)
+        finally:
+            if worker is not None:
+                worker.retire()
+                with self._lock:
+                    self._pids.pop(index, None)
+
+    def _replace(self, index: int, worker: _Worker, counter: str, graceful: bool = False) -> _Worker:
+        worker.retire() if graceful else worker.kill()
+        with self._lock:
+            self._counts[counter] += 1
+        return self._spawn(index)
+
+    def _to_result(self, reply, worker: _Worker, request: dict, deadline_s: float, memory_mb: int,
+                   *, elapsed: float, queued: float) -> CallResult:
+        target = request["target"]
+        if reply == "timeout":
+            outcome, error = "timeout", f"{target}: no result within the {deadline_s:g} s deadline"
+        elif reply == "memory":
+            outcome, error = "memory", f"{target}: exceeded the {memory_mb} MB memory cap"
+        elif reply == "crash":
+            code = worker.proc.wait(timeout=5.0) if worker.proc.poll() is None else worker.proc.returncode
+            # A SIGKILL nobody in the pool sent is the kernel's OOM killer.
+            outcome = "memory" if code == -signal.SIGKILL else "crash"
+            error = f"{target}: worker died with exit status {code}"
+        elif reply.get("ok"):
+            outcome, error = "ok", None
+        else:
+            outcome, error = reply.get("kind", "error"), reply.get("error")
+        counter = {"ok": "ok", "error": "errors", "timeout": "timeouts", "memory": "memory_kills",
+                   "crash": "crashes"}[outcome]
+        with self._lock:
+            self._counts["calls"] += 1
+            self._counts[counter] += 1
+            self._latency_s.append(elapsed)
+        value = reply.get("value") if isinstance(reply, dict) and reply.get("ok") else None
+        return CallResult(outcome=outcome, value=value, error=error, elapsed_s=elapsed,
+                          queued_s=queued, worker_pid=worker.pid)

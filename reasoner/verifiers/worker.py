@@ -1,0 +1,89 @@
+"""Entry point of one verifier-pool worker: a clean `python -m reasoner.verifiers.worker` process.
+
+It imports only the standard library at start (never JAX, transformers or torch), then serves
+calls read from stdin and answers on a private duplicate of the original stdout, so that anything a
+task prints cannot corrupt the protocol. A call names its function as "package.module:function";
+the module is imported lazily on first use, so a worker that only runs Z3 loads only `z3`.
+
+Frame format on both pipes: 4-byte big-endian length, then a pickle of a dict.
+Request  {"id", "target", "args", "kwargs"}; reply {"id", "ok", "value" | "error", "elapsed_s"}.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import resource
+import struct
+import sys
+import time
+import traceback
+
+_HEADER = struct.Struct(">I")
+
+
+def read_frame(stream) -> object | None:
+    """One pickled object from `stream`, or None at end of file."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(header)
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    return pickle.loads(body)
+
+
+def write_frame(stream, obj: object) -> None:
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(body)) + body)
+    stream.flush()
+
+
+def resolve(target: str):
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"task target {target!r} must look like 'package.module:function'")
+    obj = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def serve(address_space_mb: int) -> int:
+    requests = os.fdopen(os.dup(0), "rb", buffering=0)
+    replies = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    # Tasks may print; fd 0/1 now point at /dev/null so only the private pipes carry the protocol.
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    if address_space_mb > 0:
+        limit = address_space_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    write_frame(replies, {"id": None, "ok": True, "value": os.getpid(), "elapsed_s": 0.0})
+    while True:
+        request = read_frame(requests)
+        if request is None:
+            return 0
+        start = time.perf_counter()
+        try:
+            value = resolve(request["target"])(*request.get("args", ()), **request.get("kwargs", {}))
+            reply = {"id": request["id"], "ok": True, "value": value}
+        except MemoryError:
+            reply = {"id": request["id"], "ok": False, "error": "MemoryError", "kind": "memory"}
+        except BaseException as err:  # noqa: BLE001 - a task's failure is reported, never kills the worker
+            text = "".join(traceback.format_exception_only(type(err), err)).strip()
+            reply = {"id": request["id"], "ok": False, "error": text, "kind": "error",
+                     "traceback": traceback.format_exc(limit=8)}
+        reply["elapsed_s"] = time.perf_counter() - start
+        try:
+            write_frame(replies, reply)
+        except (pickle.PicklingError, TypeError, AttributeError) as err:
+            write_frame(replies, {"id": request["id"], "ok": False, "kind": "error",
+                                  "error": f"result of {request['target']} is not picklable: {err}",
+                                  "elapsed_s": reply["elapsed_s"]})
+
+
+if __name__ == "__main__":
+    sys.exit(serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0))

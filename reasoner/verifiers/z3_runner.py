@@ -1,0 +1,188 @@
+"""Run self-contained SMT-LIB 2 scripts with Z3 and normalise what it prints (Sequent-Prover App. A.2).
+
+Choice: Z3's Python API (`Z3_eval_smtlib2_string`, the same SMT-LIB front end as the `z3` binary)
+inside a pool worker, not the `z3` executable. A per-call `z3` process costs a fork+exec and a
+solver start (10-30 ms on a loaded 2-core host), which alone would spend the 20 ms overhead budget;
+the pool worker already gives the process isolation the binary would (hard deadline, memory cap,
+crash isolation). Two things the API needs that the binary gets for free are done here: every call
+runs in a fresh `z3.Context`, and global parameters are reset before each call, because a script's
+`(set-option :smt.arith.solver 6)` changes *global* parameters that would leak into later calls
+(seen on the z3test sample: one script turned the next 40 verdicts into `unknown`).
+
+Limits: `timeout_s` (default 30) is passed to Z3 as its soft per-`check-sat` timeout (the verdict
+becomes `unknown`, reason "timeout"); the pool kills the worker at `timeout_s + HARD_GRACE_S` if Z3
+does not yield (parser, tactics that ignore the timeout). `memory_mb` (default 256) is Z3's
+`memory_max_size` and the pool's resident-memory cap; on a Z3 memout the worker is replaced, since
+Z3 is not reliably usable after one.
+
+Rule for several `check-sat` and for errors (documented contract, tested):
+  * `verdicts` lists every check-sat verdict in order; `sat_result` is the LAST one (the verdict
+    of the final check-sat, as the harness of the paper reads "the exit line of (check-sat)"),
+    or None when the script printed no verdict;
+  * `error` is the first `(error "...")` message Z3 printed, wherever it occurs; `success` is True
+    only when there was no error, no timeout and no memout. An error after a verdict therefore keeps
+    the verdict in `sat_result` but makes `success` False: the script as written is broken;
+  * `(exit)` stops the script: commands after it are not run and print nothing;
+  * `model` is the text of the last `(get-model)` answer, or None.
+A line that is exactly `sat`, `unsat` or `unknown` is read as a verdict, so `(echo "sat")` would be
+misread; the rule is kept simple because agents' scripts use echo for labels, not bare verdicts.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import re
+import time
+
+VERDICTS = ("sat", "unsat", "unknown")
+HARD_GRACE_S = 0.5
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_MEMORY_MB = 256
+_ERROR = re.compile(r'\(error "((?:[^"]|"")*)"\)', re.DOTALL)
+_REASON = re.compile(r':reason-unknown\s+"([^"]*)"')
+
+
+@dataclasses.dataclass(frozen=True)
+class Z3Result:
+    """The normalised outcome of one script; `to_dict()` is the tool observation payload."""
+
+    success: bool
+    output: str
+    sat_result: str | None
+    error: str | None
+    model: str | None
+    elapsed_s: float
+    verdicts: tuple[str, ...] = ()
+    reason_unknown: str | None = None
+
+    @property
+    def real_verdict(self) -> bool:
+        """A usable sat/unsat answer: no error, no timeout, and the last verdict is sat or unsat."""
+        return self.success and self.sat_result in ("sat", "unsat")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self) | {"verdicts": list(self.verdicts)}
+
+
+def _top_level_blocks(text: str) -> list[str]:
+    """Balanced parenthesised blocks at depth 0 of Z3's output (string literals respected)."""
+    blocks, depth, start, in_string = [], 0, None, False
+    for i, ch in enumerate(text):
+        if in_string:
+            in_string = ch != '"'
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch == "(":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                blocks.append(text[start:i + 1])
+    return blocks
+
+
+def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = None) -> Z3Result:
+    """Turn Z3's printed output into a Z3Result following the module's rule."""
+    verdicts = tuple(line.strip() for line in output.splitlines() if line.strip() in VERDICTS)
+    errors = [m.group(1).replace('""', '"') for m in _ERROR.finditer(output)]
+    models = [b for b in _top_level_blocks(output)
+              if not b.startswith("(error") and ("define-fun" in b or b.startswith("(model") or b == "()")]
+    timed_out = bool(verdicts) and verdicts[-1] == "unknown" and reason_unknown in ("timeout", "canceled")
+    error = errors[0] if errors else (f"timeout: Z3 gave up ({reason_unknown})" if timed_out else None)
+    return Z3Result(success=error is None, output=output, sat_result=verdicts[-1] if verdicts else None,
+                    error=error, model=models[-1] if models else None, elapsed_s=elapsed_s,
+                    verdicts=verdicts, reason_unknown=reason_unknown)
+
+
+def run_script(smt_code: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+               memory_mb: int = DEFAULT_MEMORY_MB) -> Z3Result:
+    """Run one script in this process (a pool worker, or the benchmark's bare baseline).
+
+    Raises MemoryError when Z3 hits `memory_mb`, so that a pool replaces the worker.
+    """
+    if not isinstance(smt_code, str):
+        raise TypeError(f"smt_code must be str, got {type(smt_code).__name__}")
+    import z3
+
+    start = time.perf_counter()
+    z3.Z3_global_param_reset_all()
+    z3.set_param("timeout", max(1, int(timeout_s * 1000)))
+    z3.set_param("memory_max_size", int(memory_mb))
+    context = z3.Context()  # must stay referenced while Z3 runs: ref() alone does not keep it alive
+    try:
+        output = z3.Z3_eval_smtlib2_string(context.ref(), smt_code)
+    except z3.Z3Exception as err:
+        # The API raises when an (error ...) was printed; the message is the full output.
+        output = err.value.decode("utf-8", "replace") if isinstance(err.value, bytes) else str(err.value)
+    reason = None
+    if output.rstrip().endswith("unknown"):
+        try:
+            info = z3.Z3_eval_smtlib2_string(context.ref(), "(get-info :reason-unknown)")
+            match = _REASON.search(info)
+            reason = match.group(1) if match else None
+        except z3.Z3Exception:
+            reason = None
+    if reason and "memory" in reason:
+        raise MemoryError(f"Z3 exceeded its memory cap of {memory_mb} MB ({reason})")
+    return parse_output(output, elapsed_s=time.perf_counter() - start, reason_unknown=reason)
+
+
+def failure_result(outcome: str, error: str | None, *, elapsed_s: float) -> Z3Result:
+    """The Z3Result for a call the pool had to stop (timeout, memory, crash) or that raised."""
+    return Z3Result(success=False, output="", sat_result="unknown" if outcome == "timeout" else None,
+                    error=f"{outcome}: {error}", model=None, elapsed_s=elapsed_s)
+
+
+class Z3Runner:
+    """Z3 through a `VerifierPool`: `solve(code)` blocks, `submit(code)` returns a Future[Z3Result].
+
+    Owns a pool of `workers` processes unless one is passed in (then the caller closes it).
+    """
+
+    TARGET = "reasoner.verifiers.z3_runner:run_script"
+
+    def __init__(self, pool=None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 memory_mb: int = DEFAULT_MEMORY_MB, workers: int = 2):
+        from reasoner.verifiers.pool import VerifierPool
+
+        self.timeout_s, self.memory_mb = float(timeout_s), int(memory_mb)
+        self._owns_pool = pool is None
+        self.pool = pool or VerifierPool(workers=workers, deadline_s=timeout_s + HARD_GRACE_S,
+                                         memory_mb=memory_mb)
+
+    def submit(self, smt_code: str, *, timeout_s: float | None = None) -> concurrent.futures.Future:
+        timeout_s = float(timeout_s or self.timeout_s)
+        inner = self.pool.submit(self.TARGET, smt_code,
+                                 task_kwargs={"timeout_s": timeout_s, "memory_mb": self.memory_mb},
+                                 deadline_s=timeout_s + HARD_GRACE_S, memory_mb=self.memory_mb)
+        outer: concurrent.futures.Future = concurrent.futures.Future()
+
+        def convert(done: concurrent.futures.Future) -> None:
+            result = done.result()
+            if result.ok:
+                outer.set_result(result.value)
+            else:
+                outer.set_result(failure_result(result.outcome, result.error, elapsed_s=result.elapsed_s))
+
+        inner.add_done_callback(convert)
+        return outer
+
+    def solve(self, smt_code: str, *, timeout_s: float | None = None) -> Z3Result:
+        return self.submit(smt_code, timeout_s=timeout_s).result()
+
+    def solve_batch(self, scripts: list[str]) -> list[Z3Result]:
+        return [f.result() for f in [self.submit(s) for s in scripts]]
+
+    def close(self) -> None:
+        if self._owns_pool:
+            self.pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
