@@ -8,6 +8,10 @@ field, when present, is used instead of parsing the context). With --json, one l
 {"id", "statement", "proved", "proved_depth", "negation_proved", "negation_depth", "pushes", "pops"}; pushes and
 pops are those of the run that proved something (the statement first), else of the statement's run. Items that
 cannot be read are reported on stderr as {"id", "skipped"} lines and the run goes on.
+
+The negation is the polarity-tagged atom (`not_red` for `red`), i.e. open-world semantics: for CWA theories a
+"not" statement that holds only by failure comes out as neither proved nor refuted, and questions whose recorded
+proof uses negation as failure are skipped (reported).
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ def register(subparsers) -> None:
     sub.required = True
     solve = sub.add_parser("solve", help="prove each question's statement and its negation")
     solve.add_argument("--input", required=True, help="data file")
-    solve.add_argument("--format", required=True, choices=("logic-llm", "raw", "deeprd"))
-    solve.add_argument("--heuristic", default="zero", choices=("zero", "dependency", "true"))
+    solve.add_argument("--format", required=True, choices=("logic-llm", "raw", "deeprd"),
+                       help="logic-llm: JSON list {id, context, question, options, answer}; raw: ProofWriter "
+                            "meta-*.jsonl; deeprd: JSON lines {id, context, question[, program]}")
+    solve.add_argument("--heuristic", default="zero", choices=("zero", "dependency", "true"),
+                       help="A* heuristic: zero (Dijkstra), dependency (§3.2), true (outside weights)")
     solve.add_argument("--json", action="store_true", help="one JSON object per line")
     solve.set_defaults(func=_solve)
 
