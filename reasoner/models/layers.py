@@ -50,7 +50,7 @@ class Proj(nnx.Module):
         self.kernel = make_param(rngs, self.in_shape + self.out_shape, tuple(in_axes) + tuple(out_axes),
                                  dtype=param_dtype)
         self.bias = make_param(rngs, self.out_shape, out_axes, dtype=param_dtype, init="zeros") if bias else None
-        self.lora = None
+        self.lora = nnx.data(None)  # declared as data so an adapter can be attached later
 
     def __call__(self, x: jax.Array) -> jax.Array:
         n_in = len(self.in_shape)
