@@ -47,3 +47,56 @@ def write_jsonl(root, *, kind: str, n_train: int, n_val: int, seed: int = 0) -> 
             for _ in range(n):
                 f.write(json.dumps(make(rng)) + "\n")
     return root
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def word_tokenizer(out_dir, *, texts) -> pathlib.Path:
+    """A small word-level HF tokenizer (vocabulary of the words in `texts`) with a ChatML template.
+
+    Tiny training tests use it instead of SmolLM2's 49k vocabulary so the LM head stays small.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
+    pre = pre_tokenizers.Whitespace()
+    words = sorted({w for t in texts for w, _ in pre.pre_tokenize_str(t)} | {"user", "assistant", "system"})
+    vocab = {tok: i for i, tok in enumerate(specials + words)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre
+    tok.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
+                                   eos_token="<|im_end|>", bos_token=None)
+    fast.chat_template = CHAT_TEMPLATE
+    out_dir = pathlib.Path(out_dir)
+    fast.save_pretrained(str(out_dir))
+    return out_dir
+
+
+def write_run_data(root, *, kind: str, n_train: int, n_val: int, seed: int = 0) -> tuple[pathlib.Path, pathlib.Path, int]:
+    """(jsonl dir, tokenizer dir, vocab size) for a tiny run of `kind`."""
+    root = pathlib.Path(root)
+    data = write_jsonl(root / f"{kind}_data", kind=kind, n_train=n_train, n_val=n_val, seed=seed)
+    texts = []
+    for split in ("train", "validation"):
+        for line in (data / f"{split}.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            texts += [m["content"] for m in record["prompt"]]
+            texts += [record[k] for k in ("completion", "chosen", "rejected") if k in record]
+    tok_dir = word_tokenizer(root / f"{kind}_tokenizer", texts=texts)
+    from transformers import AutoTokenizer
+
+    vocab = len(AutoTokenizer.from_pretrained(str(tok_dir)))
+    return data, tok_dir, vocab
+
+
+def tiny_overrides(*, data_dir, tokenizer_dir, vocab: int, mesh: str = "fsdp=-1") -> list[str]:
+    """Config overrides for a fast tiny run on the word-level tokenizer (vocab rounded up to 8)."""
+    return [f"--config.data.path={data_dir}", f"--config.model.tokenizer={tokenizer_dir}",
+            f"--config.model.random.vocab_size={(vocab + 7) // 8 * 8}", f"--config.mesh={mesh}",
+            "--config.data.seq_len=192"]
