@@ -11,6 +11,7 @@ from typing import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 
@@ -27,7 +28,14 @@ def make_param(
     if len(shape) != len(axes):
         raise ValueError(f"shape {shape} and logical axes {tuple(axes)} differ in rank")
     if init == "normal":
-        value = 0.02 * jax.random.normal(rngs.params(), shape, jnp.float32)
+        key = rngs.params()
+        if isinstance(key, jax.core.Tracer):
+            value = 0.02 * jax.random.normal(key, shape, jnp.float32)
+        else:
+            # Eagerly, numpy avoids compiling one XLA kernel per parameter shape (seconds per model).
+            seed = np.asarray(jax.random.key_data(key)).astype(np.uint64).tolist()
+            value = (0.02 * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
+            value = jnp.asarray(value)
     elif init == "ones":
         value = jnp.ones(shape, jnp.float32)
     elif init == "zeros":
