@@ -135,7 +135,8 @@ def _over_batch(fn, mesh, axis: str, n_args: int):
     if mesh is None:
         return batched
     spec = jax.sharding.PartitionSpec(axis)
-    return jax.shard_map(batched, mesh=mesh, in_specs=(spec,) * n_args, out_specs=spec)
+    # check_vma=False: loop carries start as constants and become per-shard values; every value here is per-shard
+    return jax.shard_map(batched, mesh=mesh, in_specs=(spec,) * n_args, out_specs=spec, check_vma=False)
 
 
 def _check_mesh(batch: ProblemBatch, mesh, axis: str) -> None:
