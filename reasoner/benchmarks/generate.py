@@ -1,0 +1,99 @@
+"""`reasoner bench generate --json`: our jitted sampler vs transformers `generate`, same process.
+
+Both load SmolLM2 (f32) from the same GGUF; each setting generates exactly `new_tokens` greedy
+tokens (EOS disabled on both sides) after prompts of exactly `prompt_len` tokens cut from real
+text. Timings are interleaved (ours, baseline, ours, ...) so machine load hits both alike; each
+figure is a median of `--repeats` runs after one warm-up. `compile_s` is our first call's time
+minus our median (compilation and first-touch costs). One JSON object per setting:
+{"batch", "prompt_len", "new_tokens", "ours_tok_s", "baseline_tok_s", "ratio", "compile_s"}.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="jitted KV-cache sampler vs transformers generate (tokens/s)")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--batches", default="1,16", help="comma-separated batch sizes")
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", action="store_true", help="print only the JSON lines")
+    p.set_defaults(func=run)
+
+
+def _prompts(tokenizer, *, batch: int, length: int) -> list[list[int]]:
+    """`batch` different prompts of exactly `length` tokens from a fixed English text."""
+    from reasoner.tokenization import chat_ids
+
+    base = (
+        "Anne is red. If someone is red then they are kind. Bob is big. If someone is big and kind then "
+        "they are round. Charlie is not young. All kind people are smart. Dave is green and cold. "
+    )
+    out = []
+    for i in range(batch):
+        ids = chat_ids(tokenizer, [{"role": "user", "content": f"Problem {i}: " + base * 20}])
+        out.append(ids[:length])
+    return out
+
+
+def run(args) -> int:
+    import os
+    import statistics
+    import time
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    from reasoner.models.loading import load_model
+    from reasoner.models.presets import resolve
+    from reasoner.sampling import Sampler, SamplingParams
+    from reasoner.tokenization import load_tokenizer
+    from transformers import AutoModelForCausalLM
+
+    path = resolve(args.model)
+    tokenizer = load_tokenizer(path)
+    ours = Sampler(load_model(path), tokenizer)
+    torch.set_grad_enabled(False)
+    theirs = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                                  dtype=torch.float32).eval()
+    theirs.generation_config.eos_token_id = None  # exactly new_tokens tokens, like ours with eos_ids=()
+    N = args.new_tokens
+    params = SamplingParams(max_new_tokens=N, temperature=0.0, eos_ids=())
+
+    for batch in (int(b) for b in args.batches.split(",")):
+        prompts = _prompts(tokenizer, batch=batch, length=args.prompt_len)
+        ids = torch.tensor(prompts, dtype=torch.long)
+        mask = torch.ones_like(ids)
+
+        def run_ours():
+            out = ours.generate(prompts, params)
+            assert all(c.num_tokens == N for c in out)
+
+        def run_theirs():
+            out = theirs.generate(input_ids=ids, attention_mask=mask, max_new_tokens=N, do_sample=False, pad_token_id=0)
+            assert out.shape[1] == args.prompt_len + N
+
+        t = time.perf_counter()
+        run_ours()
+        first = time.perf_counter() - t
+        run_theirs()  # warm-up
+        times_ours, times_theirs = [], []
+        for _ in range(args.repeats):
+            for fn, times in ((run_ours, times_ours), (run_theirs, times_theirs)):
+                t = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t)
+        ours_s, theirs_s = statistics.median(times_ours), statistics.median(times_theirs)
+        row = {
+            "batch": batch, "prompt_len": args.prompt_len, "new_tokens": N,
+            "ours_tok_s": round(batch * N / ours_s, 2), "baseline_tok_s": round(batch * N / theirs_s, 2),
+            "ratio": round(theirs_s / ours_s, 3), "compile_s": round(max(first - ours_s, 0.0), 2),
+        }
+        if not args.json:
+            row["ours_s"] = [round(x, 3) for x in times_ours]
+            row["baseline_s"] = [round(x, 3) for x in times_theirs]
+        print(json.dumps(row), flush=True)
+    return 0

@@ -1,0 +1,113 @@
+"""Logits processing and token selection as pure, jittable functions.
+
+`choose_tokens(logits_BxV, keys_B, positions_B, spec=..., temperature=..., top_p=...)` returns
+the next token of every row together with two log-probabilities of that token:
+  - `sample_logp_B`: under the distribution it was drawn from (temperature, top-k, top-p
+    applied and renormalised); 0 for greedy rows, which pick their token with probability 1.
+  - `model_logp_B`: under the plain model, log_softmax(logits) at temperature 1 (GRPO's old
+    log-probs).
+
+`spec` (a `DecodeSpec`) holds what changes the compiled program: greedy or not, top-k, whether
+top-p is on. Temperature and the top-p mass are traced scalars, so changing them does not
+recompile.
+
+Order and semantics match transformers' warpers: temperature, then top-k, then top-p. Top-k keeps
+exactly k tokens (ties at the boundary broken towards the lower token id, as `lax.top_k` does);
+top-p keeps a token while the mass of the strictly more likely kept tokens is below `top_p`, so
+the most likely token is always kept.
+
+Randomness: row b draws with `fold_in(keys_B[b], positions_B[b])`, where the position is the
+sequence position the new token will occupy; draws therefore depend only on (row key, position).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+NEG_INF = -jnp.inf
+
+
+class DecodeSpec(NamedTuple):
+    """Static (compile-time) part of the sampling settings."""
+
+    greedy: bool
+    top_k: int = 0  # 0 = off
+    use_top_p: bool = False
+
+    @classmethod
+    def from_params(cls, params) -> "DecodeSpec":
+        """From a `SamplingParams`."""
+        if params.greedy:
+            return cls(greedy=True)
+        return cls(greedy=False, top_k=int(params.top_k), use_top_p=params.top_p < 1.0)
+
+
+def model_logprobs(logits_BxV: jax.Array, tokens_B: jax.Array) -> jax.Array:
+    """log_softmax(logits)[token] per row, float32 [B]."""
+    logits = logits_BxV.astype(jnp.float32)
+    picked = jnp.take_along_axis(logits, tokens_B[:, None], axis=-1)[:, 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
+
+
+def _top_p_mask(sorted_scaled_BxK: jax.Array, top_p: jax.Array) -> jax.Array:
+    """Mask (True = keep) over logits sorted in descending order."""
+    probs = jax.nn.softmax(sorted_scaled_BxK, axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    keep = mass_before < top_p
+    return keep.at[:, 0].set(True)
+
+
+def filtered_candidates(logits_BxV: jax.Array, *, spec: DecodeSpec, temperature, top_p):
+    """The sampling distribution as (scaled_logits_BxK, token_ids_BxK or None).
+
+    Masked-out candidates hold -inf. With top-k (or top-p) the candidates are the K best tokens in
+    descending order (K = k, or the vocabulary when only top-p is on); otherwise all V tokens in
+    vocabulary order and `token_ids` is None.
+    """
+    scaled = logits_BxV.astype(jnp.float32) / jnp.asarray(temperature, jnp.float32)
+    if spec.top_k or spec.use_top_p:
+        k = spec.top_k or scaled.shape[-1]
+        values, ids = jax.lax.top_k(scaled, k)
+        if spec.use_top_p:
+            values = jnp.where(_top_p_mask(values, top_p), values, NEG_INF)
+        return values, ids
+    return scaled, None
+
+
+def filtered_distribution(logits_BxV: jax.Array, *, spec: DecodeSpec, temperature, top_p) -> jax.Array:
+    """Probabilities [B, V] of the sampling distribution in vocabulary order (for tests and tools)."""
+    if spec.greedy:
+        return jax.nn.one_hot(jnp.argmax(logits_BxV, axis=-1), logits_BxV.shape[-1], dtype=jnp.float32)
+    values, ids = filtered_candidates(logits_BxV, spec=spec, temperature=temperature, top_p=top_p)
+    probs = jax.nn.softmax(values, axis=-1)
+    if ids is None:
+        return probs
+    rows = jnp.arange(probs.shape[0])[:, None]
+    return jnp.zeros(logits_BxV.shape, jnp.float32).at[rows, ids].set(probs)
+
+
+def choose_tokens(logits_BxV: jax.Array, keys_B: jax.Array, positions_B: jax.Array, *, spec: DecodeSpec,
+                  temperature, top_p):
+    """(tokens_B int32, sample_logp_B f32, model_logp_B f32); see the module docstring."""
+    if spec.greedy:
+        tokens = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+        return tokens, jnp.zeros(tokens.shape, jnp.float32), model_logprobs(logits_BxV, tokens)
+    values, ids = filtered_candidates(logits_BxV, spec=spec, temperature=temperature, top_p=top_p)
+    step_keys = jax.vmap(jax.random.fold_in)(keys_B, positions_B)
+    # Gumbel-max over the candidates: one draw per row from softmax(values).
+    picked = jax.vmap(jax.random.categorical)(step_keys, values).astype(jnp.int32)
+    sample_logp = jnp.take_along_axis(jax.nn.log_softmax(values, axis=-1), picked[:, None], axis=-1)[:, 0]
+    tokens = picked if ids is None else jnp.take_along_axis(ids, picked[:, None], axis=-1)[:, 0]
+    tokens = tokens.astype(jnp.int32)
+    return tokens, sample_logp, model_logprobs(logits_BxV, tokens)
+
+
+def row_keys(seed: int, prompt_index, sample_index) -> jax.Array:
+    """Typed PRNG keys [B] for rows identified by (prompt index, sample index) under `seed`."""
+    base = jax.random.key(seed)
+    prompt_index = jnp.asarray(prompt_index, jnp.uint32)
+    sample_index = jnp.asarray(sample_index, jnp.uint32)
+    return jax.vmap(lambda p, s: jax.random.fold_in(jax.random.fold_in(base, p), s))(prompt_index, sample_index)
