@@ -1,0 +1,192 @@
+"""Unit tests of the A* kernel pieces on hand-made inputs: the two agendas against heapq, a hypergraph worked by
+hand (trace, pops, f, V_pops, heuristics), the bad-input list of issue 5."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from search.kernel import astar_batch, device_heuristic
+from search.kernel_queue import BlockedQueue, DenseQueue, choose_queue
+from search.kernel_score import (FLAG_BAD_ID, FLAG_BAD_LENGTH, FLAG_EMPTY, FLAG_INF_X_TRUE, pack_traces,
+                                 score_tables, score_traces)
+from search.kernel_tensors import BucketError, Buckets, HypergraphArrays, pack_batch
+
+INF = math.inf
+
+# a=0, b=1 axioms; c=2, d=3, g=4.  e0: a->c  e1: a,b->d  e2: c->d  e3: c->g  e4: d->g
+HAND = HypergraphArrays(n_atoms=5, axiom_order=(0, 1), premises=((0,), (0, 1), (2,), (2,), (3,)),
+                        heads=(2, 3, 3, 4, 4), goal=4, name="hand")
+
+
+def _queue_run(queue, atoms, f, h, mask, do_pop):
+    """Scan: each step pushes the masked entries of a row, then pops once if do_pop."""
+
+    def step(q, xs):
+        a, ff, hh, mk, p = xs
+        q = queue.push_many(q, a, ff, hh, mk)
+        q2, atom, fo, ho, ok = queue.pop(q)
+        q = jax.tree.map(lambda x, y: jnp.where(p, x, y), q2, q)
+        return q, (atom, fo, ho, ok & p)
+
+    return jax.jit(lambda *xs: jax.lax.scan(step, queue.init(), xs)[1])(atoms, f, h, mask, do_pop)
+
+
+@pytest.mark.parametrize("make", [lambda c, d: DenseQueue(c), lambda c, d: BlockedQueue(c, block=4, max_push=d)],
+                         ids=["dense", "blocked"])
+def test_queue_pops_like_heapq_with_f_h_lifo_ties(make):
+    rng = np.random.default_rng(0)
+    steps, d = 60, 3
+    mask = rng.random((steps, d)) < 0.5
+    capacity = int(mask.sum())
+    atoms = rng.integers(0, 50, (steps, d)).astype(np.int32)
+    f = rng.integers(0, 3, (steps, d)).astype(np.float32)  # few values: many ties on f and h
+    f[rng.random((steps, d)) < 0.1] = np.inf
+    h = rng.integers(0, 2, (steps, d)).astype(np.float32)
+    do_pop = rng.random(steps) < 0.7
+    got = [np.asarray(x) for x in _queue_run(make(capacity, d), atoms, f, h, mask, do_pop)]
+    heap, stamp, want = [], 0, []
+    for s in range(steps):
+        for j in range(d):
+            if mask[s, j]:
+                heapq.heappush(heap, (float(f[s, j]), float(h[s, j]), -stamp, int(atoms[s, j])))
+                stamp += 1
+        if do_pop[s] and heap:
+            ff, hh, _, a = heapq.heappop(heap)
+            want.append((a, ff, hh))
+    popped = [(int(a), float(ff), float(hh)) for a, ff, hh, ok in zip(*got) if ok]
+    assert popped == want
+
+
+def test_choose_queue_by_size():
+    assert isinstance(choose_queue(512, max_push=4), DenseQueue)
+    assert isinstance(choose_queue(100_000, max_push=4), BlockedQueue)
+    with pytest.raises(ValueError, match="unknown queue kind 'heap'"):
+        choose_queue(8, max_push=1, kind="heap")
+
+
+@pytest.mark.parametrize("queue", ["dense", "blocked"])
+def test_hand_example_trace_pops_and_f(queue):
+    res = astar_batch(pack_batch([HAND]), heuristic="zero", queue=queue)
+    # worked by hand: pop b, a (LIFO among f=0), push c, d; pop d (LIFO), push g; pop c (c->g: 2 is not < 2); pop g
+    assert float(res.weight_B[0]) == 2.0
+    assert res.trace_BxM[0, : int(res.pushes_B[0])].tolist() == [0, 1, 4]
+    assert res.popped_BxN[0, : int(res.pops_B[0])].tolist() == [1, 0, 3, 2, 4]
+    assert res.popped_f_BxN[0, :5].tolist() == [0, 0, 1, 1, 2]
+    assert res.v_pops_BxN[0].tolist()[:5] == [True, True, False, True, False]
+    assert int(res.v_pops_B[0]) == 3 and float(res.x_delta_B[0]) == 1.0
+    # cost "sum" (axioms weigh 1): c=2, d=3 via e1; c->d gives 3 (not < 3); g=3 via e3 is popped before d (LIFO)
+    res = astar_batch(pack_batch([HAND]), heuristic="zero", cost="sum", queue=queue)
+    assert float(res.weight_B[0]) == 3.0
+    assert res.trace_BxM[0, : int(res.pushes_B[0])].tolist() == [0, 1, 3]
+    assert res.popped_BxN[0, : int(res.pops_B[0])].tolist() == [1, 0, 2, 4]
+
+
+def test_hand_example_heuristics():
+    batch = pack_batch([HAND])
+    dep = np.asarray(device_heuristic(batch, heuristic="dependency"))[0, :5]
+    np.testing.assert_array_equal(dep, [2, 2, 1, 1, 0])  # unary relaxed distances to g
+    true = np.asarray(device_heuristic(batch, heuristic="true"))[0, :5]
+    np.testing.assert_array_equal(true, [2, 2, 1, 1, 0])  # all on a shortest proof: w_G - w with w = 0,0,1,1,2
+    # drop e1 (a,b->d): b is off-path, d only via c (w=2) so e4 is not tight and d is off-path
+    no_e1 = HypergraphArrays(5, (0, 1), ((0,), (2,), (2,), (3,)), (2, 3, 4, 4), 4)
+    true = np.asarray(device_heuristic(pack_batch([no_e1]), heuristic="true"))[0, :5]
+    np.testing.assert_array_equal(true, [2, INF, 1, INF, 0])  # w = 0, -, 1, 2, 2
+
+
+def test_unprovable_goal_runs_until_the_agenda_is_empty():
+    unreachable = HypergraphArrays(3, (0,), ((1,),), (2,), -1, name="goal not a theorem")
+    res = astar_batch(pack_batch([unreachable]), heuristic="dependency")
+    assert float(res.weight_B[0]) == INF and int(res.pops_B[0]) == 1 and int(res.pushes_B[0]) == 0
+
+
+def test_bucket_overflow_names_problem_and_sizes():
+    big = HypergraphArrays(40, (0,), tuple((i,) for i in range(39)), tuple(range(1, 40)), 39, name="chain40")
+    with pytest.raises(BucketError, match=r"problem 1 \(chain40\).*atoms=40 > 32.*hyperedges=39"):
+        pack_batch([HAND, big], buckets=Buckets(max_atoms=32, max_edges=32))
+
+
+def test_bad_hypergraph_arrays_and_batches():
+    with pytest.raises(ValueError, match=r"atom ids \[7\] outside \[0, 5\)"):
+        HypergraphArrays(5, (0,), ((7,),), (1,), 1, name="bad id")
+    with pytest.raises(ValueError, match="2 premise tuples but 1 heads"):
+        HypergraphArrays(5, (0,), ((0,), (1,)), (1,), 1)
+    with pytest.raises(ValueError, match="empty list of problems"):
+        pack_batch([])
+    with pytest.raises(ValueError, match="not one of"):
+        astar_batch(pack_batch([HAND]), heuristic="oracle")
+    with pytest.raises(ValueError, match="cost 'prod'"):
+        astar_batch(pack_batch([HAND]), cost="prod")
+    mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+    with pytest.raises(ValueError, match="does not split over mesh axis 'data' of size 8"):
+        astar_batch(pack_batch([HAND] * 3), mesh=mesh)
+
+
+@pytest.mark.parametrize("value", [np.nan, -1.0])
+def test_nan_or_negative_given_heuristic_raises(value):
+    batch = pack_batch([HAND, HAND])
+    h = np.zeros((2, batch.sizes[0]), np.float32)
+    h[1, 3] = value
+    with pytest.raises(ValueError, match=r"h\[1, 3\] = .* problem 1, atom 3"):
+        astar_batch(batch, heuristic="given", h_BxN=h)
+    with pytest.raises(ValueError, match="expected \\(2, 8\\)"):
+        astar_batch(batch, heuristic="given", h_BxN=h[:, :4])
+
+
+def test_given_inf_heuristic_is_a_defined_result():
+    batch = pack_batch([HAND])
+    h = np.zeros((1, batch.sizes[0]), np.float32)
+    h[0, 2] = np.inf  # c can never be expanded before g: the search still proves g through d
+    res = astar_batch(batch, heuristic="given", h_BxN=h)
+    assert float(res.weight_B[0]) == 2.0 and res.trace_BxM[0, : int(res.pushes_B[0])].tolist() == [0, 1, 4]
+
+
+def test_bad_traces_score_zero_and_are_flagged():
+    axiom_goal = HypergraphArrays(5, (0, 1), HAND.premises, HAND.heads, goal=1, name="goal is an axiom")
+    batch = pack_batch([HAND, axiom_goal])
+    tables = score_tables(batch)
+    cands = [[[0, 1, 4], [-1, 1, 4], [0, 1, 99], [0, 1, 2**40], [], [0, 3]],
+             [[], [0, 1, 4], [5], [], [], []]]
+    ids, lengths = pack_traces(cands)
+    out = score_traces(batch, tables, ids, lengths)
+    correct = np.asarray(out.correct_BxG)
+    flags = np.asarray(out.flags_BxG)
+    rewards = np.asarray(out.rewards_BxGx4)
+    assert correct[0].tolist() == [True, False, False, False, False, True]
+    assert flags[0, 1] & FLAG_BAD_ID and flags[0, 2] & FLAG_BAD_ID and flags[0, 3] & FLAG_BAD_ID
+    assert not flags[0, 0] and flags[0, 4] & FLAG_EMPTY
+    assert np.all(rewards[0, 1:5] == 0.0)
+    assert np.asarray(out.valid_BxGxT)[0, 2, :3].tolist() == [True, True, False]
+    # [a->c, c->g] is another correct proof (on the shortest path: no infinite f)
+    assert rewards[0, 5, 0] == 1.0 and not flags[0, 5] & FLAG_INF_X_TRUE
+    # an empty trace is correct exactly when the goal is an axiom (host verifier semantics)
+    assert correct[1].tolist()[:3] == [True, True, False] and flags[1, 0] & FLAG_EMPTY
+    assert flags[1, 2] & FLAG_BAD_ID
+    # a length beyond T is clamped on device and flagged; the host packer refuses it
+    bad_len = score_traces(batch, tables, ids, np.where(lengths == 3, 50, lengths))
+    assert np.asarray(bad_len.flags_BxG)[0, 0] & FLAG_BAD_LENGTH
+    with pytest.raises(ValueError, match="candidate 0 has 3 steps, more than max_len=2"):
+        pack_traces(cands, max_len=2)
+    with pytest.raises(ValueError, match=r"expected \[B, G, T\]"):
+        score_traces(batch, tables, ids[0], lengths)
+
+
+def test_off_path_premise_under_true_heuristic_scores_zero():
+    # a=0, b=1 axioms; c=2, d=3, x=4, g=5.  e0: a->c  e1: c->g  e2: b->d  e3: d->x  e4: x->g  (w_G = 2 via c)
+    graph = HypergraphArrays(6, (0, 1), ((0,), (2,), (1,), (3,), (4,)), (2, 5, 3, 4, 5), 5)
+    batch = pack_batch([graph])
+    out = score_traces(batch, score_tables(batch), *pack_traces([[[2, 3, 4], [0, 1]]]))
+    # both prove g; the long one pops b, d, x, which are off every shortest proof: f = inf under the true
+    # cost-to-go, so its A*-true reward is 0 (flagged); A*'s own trace [0, 1] scores exactly 1
+    assert np.asarray(out.correct_BxG)[0].tolist() == [True, True]
+    assert np.asarray(out.flags_BxG)[0, 0] & FLAG_INF_X_TRUE
+    assert float(out.rewards_BxGx4[0, 0, 3]) == 0.0 and float(out.rewards_BxGx4[0, 1, 3]) == 1.0
+    # step count: alpha = 2 steps, the 3-step trace gets 0.5 ** ((3 - 2) / 2)
+    assert abs(float(out.rewards_BxGx4[0, 0, 1]) - 0.5 ** 0.5) < 1e-6
