@@ -1,0 +1,141 @@
+"""The policy interface of the tool loop and two implementations (scripted replay, OpenAI-compatible HTTP).
+
+A policy maps a batch of conversations to one assistant reply each:
+
+    class Policy(Protocol):
+        def respond(self, conversations: Sequence[list[dict]]) -> list[Reply | str]: ...
+
+A conversation is a list of OpenAI-style messages {"role": "system"|"user"|"assistant"|"tool",
+"content": str} (tool messages also carry "name"); the last message is a user or tool message and
+the policy must continue the conversation as the assistant (multi-turn continuation). A reply is a
+`Reply` (text plus optional token counts) or a bare string. Tool calls are written inside the text
+as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; the loop parses them. `TOOLS` is the
+JSON schema of the two tools, for chat templates and servers that take a `tools` list.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import urllib.error
+import urllib.request
+from typing import Protocol, Sequence
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "z3_solve",
+        "description": "Run a self-contained SMT-LIB 2 script with Z3; returns success, output, sat_result, error.",
+        "parameters": {"type": "object", "properties": {
+            "smt_code": {"type": "string", "description": "SMT-LIB 2 script with declarations and (check-sat)"},
+            "timeout": {"type": "integer", "description": "seconds, at most 30"}},
+            "required": ["smt_code"]}}},
+    {"type": "function", "function": {
+        "name": "finish",
+        "description": "End the episode with the final answer.",
+        "parameters": {"type": "object", "properties": {"answer": {"type": "string"}},
+                       "required": ["answer"]}}},
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    text: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class Policy(Protocol):
+    def respond(self, conversations: Sequence[list[dict]]) -> list[Reply | str]:
+        ...
+
+
+def as_reply(value: Reply | str) -> Reply:
+    if isinstance(value, Reply):
+        return value
+    if isinstance(value, str):
+        return Reply(value)
+    raise TypeError(f"a policy must return Reply or str per conversation, got {type(value).__name__}")
+
+
+class ScriptedPolicy:
+    """Replays fixed replies: `scripts[key][k]` is the k-th assistant reply of the conversation whose
+    first user message is `key` (so batches can shrink and reorder as episodes finish)."""
+
+    def __init__(self, scripts: dict[str, list[str]]):
+        self.scripts = {key: list(replies) for key, replies in scripts.items()}
+
+    def respond(self, conversations: Sequence[list[dict]]) -> list[Reply]:
+        replies = []
+        for messages in conversations:
+            key = next((m["content"] for m in messages if m["role"] == "user"), None)
+            if key not in self.scripts:
+                raise KeyError(f"ScriptedPolicy has no script for the conversation starting {str(key)[:80]!r}")
+            turn = sum(m["role"] == "assistant" for m in messages)
+            script = self.scripts[key]
+            if turn >= len(script):
+                raise IndexError(f"ScriptedPolicy script has {len(script)} replies; turn {turn} was requested "
+                                 f"for the conversation starting {str(key)[:80]!r}")
+            replies.append(Reply(script[turn], completion_tokens=len(script[turn].split())))
+        return replies
+
+
+class OpenAIChatPolicy:
+    """Teacher rollouts from a served model through `POST {base_url}/chat/completions` (urllib only).
+
+    Structured `tool_calls` in the response are rewritten as `<tool_call>` text so the loop sees one
+    format; conversations of a batch are sent concurrently (`max_concurrency`).
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, temperature: float = 0.9,
+                 max_tokens: int = 2048, timeout_s: float = 120.0, max_concurrency: int = 8,
+                 send_tools: bool = True, tool_role: str = "tool"):
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.api_key = model, api_key
+        self.temperature, self.max_tokens, self.timeout_s = temperature, max_tokens, timeout_s
+        self.max_concurrency, self.send_tools = max_concurrency, send_tools
+        if tool_role not in ("tool", "user"):
+            raise ValueError(f"tool_role must be 'tool' or 'user', got {tool_role!r}")
+        # Servers that insist on tool_call_id pairing can get observations as user turns instead.
+        self.tool_role = tool_role
+
+    def _request(self, messages: list[dict]) -> Reply:
+        body = {"model": self.model, "messages": [_wire_message(m, self.tool_role) for m in messages],
+                "temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.send_tools:
+            body["tools"] = TOOLS
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                payload = json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            raise RuntimeError(f"{self.url} answered HTTP {err.code}: {err.read()[:500]!r}") from err
+        try:
+            message = payload["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError) as err:
+            raise RuntimeError(f"{self.url} returned no choices[0].message: {str(payload)[:500]}") from err
+        text = message.get("content") or ""
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {})
+            arguments = function.get("arguments", "{}")
+            try:
+                arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+            except ValueError:
+                pass  # keep the broken string: the loop's parser reports or repairs it
+            text += "\n<tool_call>" + json.dumps({"name": function.get("name"), "arguments": arguments}) + "</tool_call>"
+        usage = payload.get("usage") or {}
+        return Reply(text, prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"))
+
+    def respond(self, conversations: Sequence[list[dict]]) -> list[Reply]:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.max_concurrency)) as pool:
+            return list(pool.map(self._request, conversations))
+
+
+def _wire_message(message: dict, tool_role: str) -> dict:
+    """Only role/content/name travel; with tool_role="user" observations become <tool_response> turns."""
+    if message["role"] == "tool" and tool_role == "user":
+        return {"role": "user", "content": f"<tool_response>\n{message['content']}\n</tool_response>"}
+    return {k: v for k, v in message.items() if k in ("role", "content", "name")}

@@ -1,0 +1,191 @@
+"""Parse tool calls out of a model reply: Hermes/Qwen `<tool_call>{json}</tool_call>`, the qwen3_coder
+XML form, and calls written as plain text.
+
+Small models break the JSON in predictable ways; each repair below is tried in order and the one
+that worked is recorded in `ToolCall.parse_mode`:
+  1. "json":      strict `json.loads` of the tagged body;
+  2. "lenient":   raw newlines/tabs inside strings allowed, trailing commas and a missing closing
+                  tag or brace repaired, Python-style single quotes / True / None accepted;
+  3. "fields":    regex recovery of `"name"` and each known argument when the object stays broken
+                  (the usual cause: unescaped quotes inside the SMT code);
+  4. "xml":       `<function=NAME><parameter=KEY>value</parameter></function>` (qwen3_coder);
+  5. "text":      a plain-text call of a known tool, `z3_solve(smt_code="...")`, `finish("B")`,
+                  `finish(answer=B)`, or a bare `{"name": ..., "arguments": ...}` object.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import re
+
+KNOWN_TOOLS = ("z3_solve", "finish")
+ARGUMENT_NAMES = {"z3_solve": ("smt_code", "timeout"), "finish": ("answer",)}
+
+_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_XML_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)(?:</function>|$)", re.DOTALL)
+_XML_PARAMETER = re.compile(r"<parameter=([\w.-]+)>\s*(.*?)\s*(?:</parameter>|(?=<parameter=)|$)", re.DOTALL)
+_TEXT_CALL = re.compile(r"\b(" + "|".join(KNOWN_TOOLS) + r")\s*\(", re.DOTALL)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict
+    parse_mode: str
+    raw: str = ""
+
+
+def _lenient_json(body: str):
+    text = body.strip()
+    text = re.sub(r",\s*([}\]])", r"\1", text)
+    missing = text.count("{") - text.count("}")
+    if missing > 0:
+        text += "}" * missing
+    try:
+        return json.loads(text, strict=False)
+    except ValueError:
+        pass
+    try:
+        pythonish = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", text)))
+        value = ast.literal_eval(pythonish)
+        return value if isinstance(value, dict) else None
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _string_field(body: str, key: str) -> str | None:
+    """The value of `"key": "..."` in broken JSON: up to the last quote before `}` or the next key."""
+    match = re.search(rf'"{key}"\s*:\s*"', body)
+    if not match:
+        match_num = re.search(rf'"{key}"\s*:\s*([\w.+-]+)', body)
+        return match_num.group(1) if match_num else None
+    rest = body[match.end():]
+    next_key = re.search(r'"\s*,\s*"(?:' + "|".join(k for ks in ARGUMENT_NAMES.values() for k in ks)
+                         + r'|name|arguments)"\s*:', rest)
+    end = next_key.start() if next_key else rest.rfind('"')
+    if end < 0:
+        return None
+    raw = rest[:end]
+    try:
+        return json.loads(f'"{raw}"', strict=False)
+    except ValueError:
+        return raw.replace('\\n', '\n').replace('\\"', '"').replace('\\t', '\t')
+
+
+def _from_object(obj) -> tuple[str, dict] | None:
+    if not isinstance(obj, dict):
+        return None
+    # OpenAI-style {"function": {"name", "arguments"}} or Hermes-style {"name", "arguments"}.
+    source = obj["function"] if isinstance(obj.get("function"), dict) else obj
+    name = source.get("name")
+    args = source.get("arguments", source.get("parameters", {}))
+    if isinstance(args, str):
+        args = _lenient_json(args) or {}
+    if not isinstance(name, str) or not isinstance(args, dict):
+        return None
+    return name, args
+
+
+def _parse_tagged(body: str) -> ToolCall | None:
+    try:
+        parsed = _from_object(json.loads(body))
+        if parsed:
+            return ToolCall(*parsed, parse_mode="json", raw=body)
+    except ValueError:
+        pass
+    parsed = _from_object(_lenient_json(body))
+    if parsed:
+        return ToolCall(*parsed, parse_mode="lenient", raw=body)
+    if "<function=" in body:
+        return None
+    name = _string_field(body, "name")
+    if name is None:
+        return None
+    args = {key: value for key in ARGUMENT_NAMES.get(name, ())
+            if (value := _string_field(body, key)) is not None}
+    return ToolCall(name, args, parse_mode="fields", raw=body)
+
+
+def _parse_xml(text: str) -> list[ToolCall]:
+    calls = []
+    for name, inner in _XML_FUNCTION.findall(text):
+        args = {key: value for key, value in _XML_PARAMETER.findall(inner)}
+        calls.append(ToolCall(name, args, parse_mode="xml", raw=inner))
+    return calls
+
+
+def _call_arguments(name: str, inside: str) -> dict | None:
+    inside = inside.strip()
+    if inside.startswith("{"):
+        obj = _lenient_json(inside)
+        return obj if isinstance(obj, dict) else None
+    try:
+        node = ast.parse(f"f({inside})", mode="eval").body
+        args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+        for key, value in zip(ARGUMENT_NAMES[name], node.args):
+            args[key] = ast.literal_eval(value)
+        return args
+    except (SyntaxError, ValueError):
+        if name == "finish" and re.fullmatch(r"[\w ()=-]+", inside):
+            key, _, value = inside.partition("=")
+            return {"answer": (value or key).strip()}
+        return None
+
+
+def _balanced_call_end(text: str, open_index: int) -> int:
+    depth, quote = 0, None
+    i = open_index
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if text.startswith(quote, i):
+                i += len(quote) - 1
+                quote = None
+            elif ch == "\\":
+                i += 1
+        elif text.startswith('"""', i) or text.startswith("'''", i):
+            quote = text[i:i + 3]
+            i += 2
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _parse_plain_text(text: str) -> list[ToolCall]:
+    calls = []
+    for match in _TEXT_CALL.finditer(text):
+        end = _balanced_call_end(text, match.end() - 1)
+        if end < 0:
+            continue
+        args = _call_arguments(match.group(1), text[match.end():end])
+        if args is not None:
+            calls.append(ToolCall(match.group(1), args, parse_mode="text", raw=text[match.start():end + 1]))
+    if not calls:
+        for obj_text in re.findall(r"\{[^{}]*\"name\"\s*:\s*\"(?:z3_solve|finish)\".*\}", text, re.DOTALL):
+            parsed = _from_object(_lenient_json(obj_text))
+            if parsed:
+                calls.append(ToolCall(*parsed, parse_mode="text", raw=obj_text))
+    return calls
+
+
+def parse_tool_calls(reply: str) -> list[ToolCall]:
+    """Every tool call in `reply`, in order; [] when the reply calls no tool."""
+    tagged = _TAGGED.findall(reply) if "<tool_call>" in reply else []
+    calls = []
+    for body in tagged:
+        call = _parse_tagged(body)
+        calls.extend([call] if call else _parse_xml(body))
+    if calls:
+        return calls
+    if "<function=" in reply:
+        return _parse_xml(reply)
+    return _parse_plain_text(reply)

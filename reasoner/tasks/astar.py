@@ -1,0 +1,150 @@
+"""The A* proof task (A* post-training, §3-4, §B.2): prompts, SFT completions and scoring of model output.
+
+A problem is one dataset record (`reasoner.data.records`: `id`, `program` and `goal` as JSON, optional
+`rule_texts`), wrapped as an `AStarProblem` together with the verbalizer templates of its dataset.
+
+* Prompt (§B.2): an instruction, then the verbalized (program, goal) pair: "Facts: ...", "Rules: ...",
+  "Prove: ..." (`search.verbalize.Verbalizer.context`). The paper's prompt figure is not in our copy of the text;
+  our instruction states what the paper says the model must produce: the proof as a search trace, one step per
+  block, blocks separated by a blank line, in the form the verbalizer writes. `prompt_messages` returns chat
+  messages (the instruction as the system turn, so chat templates do not inject their default system prompt).
+* SFT completion: the verbalized trace of host A* (`search.astar.solve`) under a chosen heuristic
+  ("zero" = Dijkstra, "dependency", "true"); each push is a step "Since P1 and P2, by the rule "R", C.".
+* Scoring: parse (never raises) -> verify -> `search.rewards.Scores`: correctness, efficiency (pushes) and
+  efficiency (pops) against the shortest proof (correct traces only), and the four rewards (correctness,
+  step_count, astar_dependency, astar_true; Eq. 7).
+* GRPO: `reward_specs(...)` gives the weighted reward registry entries (`reasoner.rewards`, name "astar") and
+  `examples` are the records, so a trainer can score completions with `CompositeReward.from_config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping, Sequence
+
+from search.logic import Atom, Program
+
+__all__ = ["INSTRUCTION", "HEURISTICS", "AStarProblem", "problem_from_record", "prompt_messages", "sft_completion",
+           "score_completion", "TaskScore", "reward_specs"]
+
+HEURISTICS = ("zero", "dependency", "true")
+INSTRUCTION = (
+    "You are given facts and rules. Prove the statement after \"Prove:\" by searching forward from the facts. "
+    "Write one proof step per paragraph, separated by a blank line, each exactly in the form: "
+    "Since <premises>, by the rule \"<rule>\", <conclusion>. "
+    "Use only the given rules, derive each premise before using it, and stop once the statement is proved."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class AStarProblem:
+    """One (program, goal) pair with its verbalization; `record` is what reward functions receive as example."""
+
+    id: str
+    program: Program
+    goal: Atom
+    dataset: str
+    rule_texts: tuple[str, ...] | None
+    record: Mapping
+
+    @functools.cached_property
+    def verbalizer(self):
+        from search.verbalize import Verbalizer
+
+        return Verbalizer(self.program, dataset=self.dataset, rule_texts=list(self.rule_texts) if self.rule_texts
+                          else None)
+
+    @functools.cached_property
+    def scorer(self):
+        from search.rewards import ProblemScorer
+
+        return ProblemScorer(self.program, self.goal)
+
+
+def _text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def problem_from_record(record: Mapping, *, dataset: str = "deeprd") -> AStarProblem:
+    """A dataset record (str or TFDS bytes fields) -> AStarProblem. Raises ValueError naming the record on bad input."""
+    from reasoner.data.program_json import atom_from_json, program_from_json
+
+    rid = _text(record.get("id", "<no id>"))
+    missing = [k for k in ("program", "goal") if k not in record]
+    if missing:
+        raise ValueError(f"record {rid}: missing {missing}; expected an A* record with 'program' and 'goal' (JSON)")
+    try:
+        program = program_from_json(_text(record["program"]))
+        goal = atom_from_json(_text(record["goal"]))
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(f"record {rid}: unreadable program/goal JSON ({err})") from None
+    rule_texts = record.get("rule_texts")
+    if isinstance(rule_texts, (str, bytes)):
+        rule_texts = json.loads(_text(rule_texts))
+    rule_texts = tuple(str(t) for t in rule_texts) if rule_texts else None
+    if rule_texts is not None and len(rule_texts) != len(program.rules):
+        raise ValueError(f"record {rid}: {len(rule_texts)} rule_texts for {len(program.rules)} rules")
+    plain = {"id": rid, "program": _text(record["program"]), "goal": _text(record["goal"]),
+             "rule_texts": json.dumps(list(rule_texts or ()))}
+    return AStarProblem(id=rid, program=program, goal=goal, dataset=dataset, rule_texts=rule_texts, record=plain)
+
+
+def prompt_messages(problem: AStarProblem) -> list[dict[str, str]]:
+    """The chat prompt: instruction as the system turn, the verbalized problem as the user turn."""
+    return [{"role": "system", "content": INSTRUCTION},
+            {"role": "user", "content": problem.verbalizer.context(problem.goal)}]
+
+
+def sft_completion(problem: AStarProblem, *, heuristic: str = "dependency", cost: str = "max") -> str:
+    """The verbalized host-A* search trace under `heuristic` (the SFT target). Raises if the goal is unprovable."""
+    from search.astar import solve
+
+    if heuristic not in HEURISTICS:
+        raise ValueError(f"heuristic={heuristic!r}: expected one of {HEURISTICS}")
+    result = solve(problem.program, problem.goal, heuristic=heuristic, cost=cost)
+    if not result.proved:
+        raise ValueError(f"problem {problem.id}: goal {problem.goal} is not provable; no A* trace to train on")
+    return problem.verbalizer.trace(result.trace)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskScore:
+    """Scores of one completion: correctness, pushes/pops efficiency (None unless correct), the four rewards."""
+
+    correct: bool
+    steps_parsed: int
+    pushes: int
+    v_pops: int
+    efficiency_pushes: float | None
+    efficiency_pops: float | None
+    rewards: dict[str, float]
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def score_completion(problem: AStarProblem, text: str) -> TaskScore:
+    """Parse (never raises) -> verify -> scores. Any text, including empty, gives a score."""
+    from search.parse import parse_trace
+
+    parsed = parse_trace(text if isinstance(text, str) else "", problem.verbalizer)
+    s = problem.scorer.score_steps(parsed.steps)
+    return TaskScore(correct=bool(s.correct), steps_parsed=len(parsed.steps), pushes=int(s.pushes),
+                     v_pops=int(s.v_pops), efficiency_pushes=s.efficiency_pushes, efficiency_pops=s.efficiency_pops,
+                     rewards=dict(s.rewards))
+
+
+def reward_specs(reward: str = "astar_dependency", *, dataset: str = "deeprd", weight: float = 1.0,
+                 extra: Sequence[tuple[str, float]] = ()) -> list[dict]:
+    """Registry specs for `reasoner.rewards.CompositeReward.from_config`: the main A* reward plus optional
+    (reward, weight) extras, each scored by parse -> verify -> Eq. 7 against the example record."""
+    from search.rewards import REWARDS
+
+    out = []
+    for name, w in ((reward, weight), *extra):
+        if name not in REWARDS:
+            raise ValueError(f"reward={name!r}: expected one of {REWARDS}")
+        out.append({"name": "astar", "as": name, "weight": float(w), "options": {"reward": name, "dataset": dataset}})
+    return out

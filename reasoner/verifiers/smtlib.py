@@ -1,0 +1,194 @@
+"""SMT-LIB 2 structure without a solver: S-expression parsing, comment stripping, declared symbols,
+triviality, and grammar-production counts for the structural divergence of Sequent-Prover App. D.4.
+
+The parser follows the SMT-LIB 2.6 lexical rules that matter for agents' scripts: `;` comments to
+end of line, `"..."` string literals with `""` as the escaped quote, `|...|` quoted symbols,
+keywords `:name`, numerals/decimals/#x/#b literals, and parentheses.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import re
+
+
+class SmtParseError(ValueError):
+    """The text is not a sequence of balanced S-expressions."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Atom:
+    text: str
+    kind: str  # "symbol", "keyword", "numeral", "decimal", "hex", "binary", "string"
+
+
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+) | (?P<comment>;[^\n]*) | (?P<open>\() | (?P<close>\)) |
+    (?P<string>"(?:[^"]|"")*") | (?P<quoted>\|[^|]*\|) | (?P<keyword>:[^\s()";|]+) |
+    (?P<hex>\#x[0-9a-fA-F]+) | (?P<binary>\#b[01]+) | (?P<decimal>\d+\.\d+) | (?P<numeral>\d+) |
+    (?P<symbol>[^\s()";|]+)
+""", re.VERBOSE)
+
+COMMANDS = {
+    "assert", "check-sat", "check-sat-assuming", "declare-const", "declare-fun", "declare-sort",
+    "define-fun", "define-fun-rec", "define-funs-rec", "define-sort", "declare-datatype",
+    "declare-datatypes", "echo", "exit", "get-assertions", "get-assignment", "get-info", "get-model",
+    "get-option", "get-proof", "get-unsat-assumptions", "get-unsat-core", "get-value", "pop", "push",
+    "reset", "reset-assertions", "set-info", "set-logic", "set-option", "check-sat-using", "simplify",
+    "eval", "minimize", "maximize", "get-objectives",
+}
+BUILTINS = {
+    "true", "false", "not", "and", "or", "xor", "=>", "=", "distinct", "ite", "forall", "exists",
+    "let", "!", "_", "as", "match", "par", "Bool", "Int", "Real", "String", "Array", "BitVec",
+    "+", "-", "*", "/", "div", "mod", "abs", "<", "<=", ">", ">=", "to_real", "to_int", "is_int",
+    "select", "store", "const", "concat", "extract", "bvadd", "bvsub", "bvmul", "bvand", "bvor",
+    "bvnot", "bvneg", "bvult", "bvule", "bvugt", "bvuge", "bvslt", "bvsle", "bvsgt", "bvsge",
+    "str.++", "str.len", "str.at", "str.substr", "str.contains", "str.prefixof", "str.suffixof",
+    "str.indexof", "str.replace", "str.to_int", "str.from_int", "Seq", "seq.unit", "seq.len",
+    "FloatingPoint", "RoundingMode", "fp", "Float32", "Float64", "RNE", "RTZ",
+}
+DECLARING = {"declare-const", "declare-fun", "define-fun", "define-fun-rec", "declare-sort",
+             "define-sort"}
+
+
+def tokenize(text: str, *, keep_comments: bool = False) -> list[tuple[str, str]]:
+    """(kind, text) tokens; whitespace dropped, comments dropped unless `keep_comments`."""
+    tokens, pos = [], 0
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            raise SmtParseError(f"unterminated string or quoted symbol at offset {pos}: {text[pos:pos + 30]!r}")
+        kind = match.lastgroup
+        if kind != "ws" and (kind != "comment" or keep_comments):
+            tokens.append((kind, match.group()))
+        pos = match.end()
+    return tokens
+
+
+def strip_comments(text: str) -> str:
+    """The script with `;` comments removed (strings and quoted symbols left intact)."""
+    return " ".join(tok for kind, tok in tokenize(text))
+
+
+def parse(text: str) -> list:
+    """Top-level S-expressions as nested lists of Atom; raises SmtParseError when unbalanced."""
+    stack: list[list] = [[]]
+    for kind, tok in tokenize(text):
+        if kind == "open":
+            stack.append([])
+        elif kind == "close":
+            if len(stack) == 1:
+                raise SmtParseError("unbalanced ')' in SMT-LIB text")
+            done = stack.pop()
+            stack[-1].append(done)
+        else:
+            atom_kind = "symbol" if kind == "quoted" else kind
+            text_ = tok[1:-1] if kind == "quoted" else tok
+            stack[-1].append(Atom(text_, atom_kind))
+    if len(stack) != 1:
+        raise SmtParseError(f"{len(stack) - 1} unclosed '(' in SMT-LIB text")
+    return stack[0]
+
+
+def _head(node) -> str | None:
+    return node[0].text if isinstance(node, list) and node and isinstance(node[0], Atom) else None
+
+
+def declared_symbols(commands: list) -> set[str]:
+    """Names the script itself declares: constants, functions, sorts, datatype constructors/selectors."""
+    names: set[str] = set()
+    for cmd in commands:
+        head = _head(cmd)
+        if head in DECLARING and len(cmd) > 1 and isinstance(cmd[1], Atom):
+            names.add(cmd[1].text)
+        elif head in ("declare-datatypes", "declare-datatype"):
+            names.update(a.text for a in _atoms(cmd[1:]) if a.kind == "symbol" and a.text not in BUILTINS)
+        elif head == "define-funs-rec" and len(cmd) > 1 and isinstance(cmd[1], list):
+            names.update(d[0].text for d in cmd[1] if isinstance(d, list) and d and isinstance(d[0], Atom))
+    return names
+
+
+def _atoms(node):
+    if isinstance(node, Atom):
+        yield node
+    else:
+        for child in node:
+            yield from _atoms(child)
+
+
+def is_trivial(smt_code: str) -> bool:
+    """Triviality (left undefined by Sequent-Prover §B.3.2; this is our precise definition).
+
+    A script is trivial iff it parses and (a) it has no `check-sat` / `check-sat-assuming` /
+    `check-sat-using` command, or (b) no `assert` command's term mentions a symbol the script
+    declares itself (declare-const, declare-fun, define-fun(-rec), declare-sort, define-sort,
+    datatype constructors and selectors). Bound variables of `forall`/`exists`/`let` are not
+    declarations, so `(assert (forall ((x Int)) (> (+ x 1) x)))` alone is trivial: it asserts
+    nothing about the problem's vocabulary. Unparseable scripts are not classified here (they are
+    errors, counted separately): this returns False for them. The test is syntactic; a tautology
+    over declared symbols such as `(assert (or p (not p)))` is not detected.
+    """
+    try:
+        commands = parse(smt_code)
+    except SmtParseError:
+        return False
+    heads = [_head(c) for c in commands]
+    if not any(h in ("check-sat", "check-sat-assuming", "check-sat-using") for h in heads):
+        return True
+    declared = declared_symbols(commands)
+    for cmd in commands:
+        if _head(cmd) == "assert" and any(a.text in declared for a in _atoms(cmd[1:])):
+            return False
+    return True
+
+
+def _category(node) -> str:
+    """Grammar symbol of a node: reserved words stay themselves, identifiers collapse to ID."""
+    if isinstance(node, Atom):
+        if node.kind == "symbol":
+            return node.text if node.text in COMMANDS or node.text in BUILTINS else "ID"
+        if node.kind == "keyword":
+            return node.text
+        return node.kind.upper()
+    head = _head(node)
+    if head is None:
+        return "(LIST)" if node else "()"
+    return f"({_category(node[0])})"
+
+
+def production_counts(smt_code: str) -> collections.Counter:
+    """Counts of productions `(head) -> child symbols` over every list node of the parse.
+
+    Comments are dropped by the lexer and all identifiers are one class (`ID`), so the counts are
+    invariant to comments and renaming but see declarations, quantifiers, operators and nesting.
+    """
+    counts: collections.Counter = collections.Counter()
+
+    def visit(node) -> None:
+        if isinstance(node, Atom):
+            return
+        counts[f"{_category(node)} -> {' '.join(_category(c) for c in node)}"] += 1
+        for child in node:
+            visit(child)
+
+    for command in parse(smt_code):
+        visit(command)
+    return counts
+
+
+def js_divergence(p_counts: collections.Counter, q_counts: collections.Counter) -> float:
+    """Jensen-Shannon divergence in bits (base 2, in [0, 1]) between two count distributions."""
+    p_total, q_total = sum(p_counts.values()), sum(q_counts.values())
+    if p_total == 0 or q_total == 0:
+        raise ValueError("js_divergence needs two non-empty count distributions")
+    jsd = 0.0
+    for key in set(p_counts) | set(q_counts):
+        p, q = p_counts.get(key, 0) / p_total, q_counts.get(key, 0) / q_total
+        m = 0.5 * (p + q)
+        if p > 0:
+            jsd += 0.5 * p * math.log2(p / m)
+        if q > 0:
+            jsd += 0.5 * q * math.log2(q / m)
+    return max(0.0, min(1.0, jsd))
