@@ -1,0 +1,92 @@
+"""GRPO with A*-informed process rewards (A* post-training, §3.2 Eq. 7, App. B.3).
+
+Paper settings: one epoch, 16 completions per group, KL coefficient beta 0.04, Adam (b1 0.9, b2 0.999) with lr 1e-6,
+greedy decoding at evaluation; max 1024 new tokens on ProofWriter, 2048 on DeepRD. The policy starts from the SFT
+checkpoint (`model.name` = its exported directory). The paper does not name TRL's loss type or clipping: TRL 1.16
+defaults (dapo, epsilon 0.2, scale_rewards "group") are kept. `rewards` lists registry specs
+(`reasoner.rewards.CompositeReward.from_config`); the four rewards are correctness, step_count, astar_dependency,
+astar_true (`reasoner.tasks.astar.reward_specs`).
+
+Variants: None / "smollm2" (the embedded SmolLM2-135M-Instruct on DeepRD, CPU-sized), "llama1b" / "llama3b"
+(paper scale, bf16 + remat, set model.name), "proofwriter" (1024 new tokens, ProofWriter verbalizer), one variant
+per reward: "correctness", "step_count", "astar_dependency", "astar_true"; "tiny" (random 2-layer model, tests and
+smoke runs).
+"""
+
+import ml_collections
+
+REWARDS = ("correctness", "step_count", "astar_dependency", "astar_true")
+
+
+def astar_reward(name: str, dataset: str) -> list[dict]:
+    return [{"name": "astar", "as": name, "weight": 1.0, "timeout_s": 60.0,
+             "options": {"reward": name, "dataset": dataset}}]
+
+
+def base_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.mesh = "fsdp=-1"
+    c.model = ml_collections.ConfigDict(dict(
+        name="smollm2-135m-instruct", tokenizer="", dtype="float32", remat=False, seed=0,
+        random=ml_collections.ConfigDict(dict(
+            family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
+            num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)),
+    ))
+    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj"))
+    c.data = ml_collections.ConfigDict(dict(
+        source="jsonl", path="data/deeprd_records", name="", tfds_dir="", task="astar", dataset="deeprd",
+        eval_split="validation", limit=0))
+    c.grpo = ml_collections.ConfigDict(dict(
+        num_generations=16, prompts_per_step=1, max_new_tokens=2048, max_completion_tokens=0,
+        temperature=1.0, top_p=1.0, top_k=0, stop=(),
+        loss_type="dapo", beta=0.04, epsilon_low=0.2, epsilon_high=0.2, delta=0.0, use_bias_correction_kl=True,
+        scale_rewards="group", num_iterations=1, mask_truncated=False, grad_accum=1,
+        max_turns=1, tool="", tool_reserve=256))
+    c.rewards = astar_reward("astar_dependency", "deeprd")
+    c.optim = ml_collections.ConfigDict(dict(
+        name="adam", lr=1e-6, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, max_grad_norm=1.0,
+        schedule="constant", warmup_ratio=0.0, min_lr_ratio=0.0))
+    c.train = ml_collections.ConfigDict(dict(
+        num_steps=200, checkpoint_every=20, keep_checkpoints=3, async_checkpoint=True, max_nonfinite_steps=5,
+        eval_every=50))
+    c.export_dir = ""
+    return c
+
+
+def get_config(variant=None) -> ml_collections.ConfigDict:
+    c = base_config()
+    if variant in (None, "smollm2"):
+        c.grpo.num_generations = 4
+        c.grpo.prompts_per_step = 2
+        c.grpo.max_new_tokens = 256
+        c.train.num_steps = 20
+        c.train.eval_every = 10
+        return c
+    if variant in ("llama1b", "llama3b"):
+        c.model.name = f"checkpoints/Llama-3.2-{variant[-2:].upper()}-Instruct-sft"
+        c.model.dtype = "bfloat16"
+        c.model.remat = True
+        return c
+    if variant == "proofwriter":
+        c.data.dataset = "proofwriter"
+        c.data.path = "data/proofwriter_records"
+        c.grpo.max_new_tokens = 1024
+        c.rewards = astar_reward("astar_true", "proofwriter")
+        return c
+    if variant in REWARDS:
+        c.rewards = astar_reward(variant, "deeprd")
+        return c
+    if variant == "tiny":
+        c.model.name = ""
+        c.model.tokenizer = "smollm2-135m-instruct"
+        c.grpo.num_generations = 4
+        c.grpo.prompts_per_step = 2
+        c.grpo.max_new_tokens = 16
+        c.optim.lr = 1e-3
+        c.train.num_steps = 2
+        c.train.checkpoint_every = 1
+        c.train.eval_every = 0
+        return c
+    raise ValueError(f"unknown variant {variant!r}; expected one of None, smollm2, llama1b, llama3b, proofwriter, "
+                     f"{', '.join(REWARDS)}, tiny")
