@@ -104,3 +104,43 @@ def set_match(*, answer_key: str = "answer", span_tag: str | None = "answer"):
         return out
 
     return reward
+
+
+def logic_problem(example: Mapping, *, dataset: str = ""):
+    """A Logic-LLM record ({id, context, question, options, answer}) as `reasoner.tasks.logic_llm.LogicProblem`."""
+    from reasoner.tasks.logic_llm import LogicProblem
+
+    missing = {"context", "question", "options", "answer"} - set(example)
+    if missing:
+        raise KeyError(f"example lacks Logic-LLM fields {sorted(missing)} (keys: {sorted(example)})")
+    return LogicProblem(id=str(example.get("id", "")), dataset=example.get("dataset", dataset),
+                        context=str(example["context"]).strip(), question=str(example["question"]).strip(),
+                        options=tuple(example["options"]), answer=str(example["answer"]).strip())
+
+
+def final_answer_text(completion) -> str | None:
+    """The answer a completion commits to: a scratchpad `Trajectory`'s answer (its `finish` argument, or the last
+    reply at T_max), else the completion's text."""
+    if hasattr(completion, "answer") and hasattr(completion, "termination"):
+        return completion.answer
+    return completion_text(completion)
+
+
+@register_reward("option_match")
+def option_match(*, span_tag: str | None = None, dataset: str = ""):
+    """1.0 when the option letter the completion commits to (an option letter, or a True/False/Unknown/Uncertain
+    label word, read by `reasoner.tasks.logic_llm.extract_answer`) is the gold letter; 0.0 otherwise,
+    including answers that name no option or several."""
+    from reasoner.tasks.logic_llm import check_correct
+
+    def reward(completions, *, examples):
+        out = []
+        for completion, example in zip(completions, examples):
+            problem = logic_problem(example, dataset=dataset)
+            text = final_answer_text(completion)
+            if text is not None and span_tag is not None:
+                text = extract_span(text, span_tag)
+            out.append(float(check_correct(text, problem)))
+        return out
+
+    return reward

@@ -78,6 +78,10 @@ def _load_builtin_rewards() -> None:
         from reasoner.rewards import astar  # noqa: F401
     except ImportError:
         pass
+    try:
+        from reasoner.rewards import smt  # noqa: F401
+    except ImportError:
+        pass
 
 
 def completion_text(completion) -> str:
