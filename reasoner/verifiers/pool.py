@@ -92,6 +92,29 @@ def kill_process_group(proc: subprocess.Popen, *, grace_s: float) -> str:
     return "unkillable"
 
 
+def descendant_pids(root_pid: int | None = None) -> set[int]:
+    """Live (non-zombie) descendants of `root_pid` (default: this process), read from /proc."""
+    root_pid = os.getpid() if root_pid is None else root_pid
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children[int(fields[1])].append(int(entry))
+    found, stack = set(), [root_pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
 def resident_bytes(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/statm") as f:

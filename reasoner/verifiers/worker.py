@@ -25,14 +25,24 @@ _HEADER = struct.Struct(">I")
 
 def read_frame(stream) -> object | None:
     """One pickled object from `stream`, or None at end of file."""
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
+    header = _read_exactly(stream, _HEADER.size)
+    if header is None:
         return None
     (size,) = _HEADER.unpack(header)
-    body = stream.read(size)
-    if len(body) < size:
-        return None
-    return pickle.loads(body)
+    body = _read_exactly(stream, size)
+    return None if body is None else pickle.loads(body)
+
+
+def _read_exactly(stream, size: int) -> bytes | None:
+    """`size` bytes, looping over short reads (an unbuffered pipe returns at most ~64 KiB per read)."""
+    parts, missing = [], size
+    while missing:
+        chunk = stream.read(missing)
+        if not chunk:
+            return None
+        parts.append(chunk)
+        missing -= len(chunk)
+    return b"".join(parts)
 
 
 def write_frame(stream, obj: object) -> None:

@@ -1,0 +1,131 @@
+"""The verifier pool: every outcome (ok, error, timeout, memory, crash), kill escalation, recycling,
+backpressure, futures, counters, no JAX in workers and no process left behind."""
+
+import queue
+import time
+
+import pytest
+
+from reasoner.verifiers.pool import VerifierPool, descendant_pids
+
+PROBE = "reasoner.verifiers.probe_tasks:"
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with VerifierPool(workers=2, deadline_s=2.0, memory_mb=128, max_tasks_per_worker=1000) as p:
+        yield p
+
+
+def test_ok_and_error_results(pool):
+    result = pool.submit(PROBE + "echo", {"a": [1, 2]}).result()
+    assert result.ok and result.value == {"a": [1, 2]}
+    bad = pool.submit(PROBE + "fail", "boom").result()
+    assert bad.outcome == "error" and "ValueError: boom" in bad.error
+    missing = pool.submit("reasoner.verifiers.probe_tasks:no_such_function").result()
+    assert missing.outcome == "error" and "no_such_function" in missing.error
+    malformed = pool.submit("not-a-target").result()
+    assert malformed.outcome == "error" and "package.module:function" in malformed.error
+
+
+def test_worker_never_imports_jax():
+    import jax  # noqa: F401  - the parent has JAX loaded; the worker must not inherit it
+
+    with VerifierPool(workers=1) as p:
+        modules = p.submit(PROBE + "loaded_modules").result().value
+        z3_modules = p.submit("reasoner.verifiers.z3_runner:run_script", "(check-sat)").result()
+        after = p.submit(PROBE + "loaded_modules").result().value
+    assert z3_modules.ok and z3_modules.value.sat_result == "sat"
+    for forbidden in ("jax", "jaxlib", "flax", "transformers", "torch", "numpy"):
+        assert forbidden not in modules and forbidden not in after, forbidden
+    assert "z3" in after
+
+
+@pytest.mark.parametrize("task,args,outcome", [
+    ("sleep", (30,), "timeout"),
+    ("ignore_sigterm_and_sleep", (30,), "timeout"),
+    ("allocate", (600,), "memory"),
+    ("segfault", (), "crash"),
+    ("fork_sleeper", (30,), "timeout"),
+])
+def test_hostile_tasks_fail_alone_within_deadline_and_leave_no_process(pool, task, args, outcome):
+    before = descendant_pids()
+    start = time.monotonic()
+    result = pool.submit(PROBE + task, *args).result()
+    elapsed = time.monotonic() - start
+    assert result.outcome == outcome, result
+    assert elapsed < pool.config.deadline_s + 1.0, elapsed
+    time.sleep(0.3)  # replacement worker start
+    after = descendant_pids()
+    assert len(after) <= len(before), (before, after)
+    assert pool.submit(PROBE + "echo", 7).result().value == 7
+
+
+def test_crash_fails_only_its_own_call(pool):
+    futures = [pool.submit(PROBE + "echo", i) for i in range(3)]
+    futures.append(pool.submit(PROBE + "segfault"))
+    futures += [pool.submit(PROBE + "echo", i) for i in range(3, 6)]
+    outcomes = [f.result().outcome for f in futures]
+    assert outcomes == ["ok"] * 3 + ["crash"] + ["ok"] * 3
+
+
+def test_recycling_after_n_tasks():
+    with VerifierPool(workers=1, max_tasks_per_worker=3) as p:
+        pids = [p.submit(PROBE + "pid").result().value for _ in range(7)]
+        assert p.stats()["recycled"] == 2
+    assert pids[0] == pids[1] == pids[2] != pids[3]
+    assert pids[3] == pids[4] == pids[5] != pids[6]
+
+
+def test_bounded_queue_backpressure():
+    with VerifierPool(workers=1, queue_size=2, deadline_s=5.0) as p:
+        first = p.submit(PROBE + "sleep", 0.8)
+        time.sleep(0.2)  # the worker has taken `first`; the queue is empty again
+        p.submit(PROBE + "echo", 1)
+        p.submit(PROBE + "echo", 2)
+        with pytest.raises(queue.Full):
+            p.submit(PROBE + "echo", 3, block=False)
+        start = time.monotonic()
+        late = p.submit(PROBE + "echo", 4)  # blocks until the worker frees a slot
+        assert time.monotonic() - start > 0.3
+        assert first.result().ok and late.result().value == 4
+
+
+def test_async_batch_overlaps_with_caller_work():
+    with VerifierPool(workers=2, deadline_s=5.0) as p:
+        start = time.monotonic()
+        futures = p.submit_batch(PROBE + "sleep", [(0.5,), (0.5,)])
+        submitted = time.monotonic() - start
+        time.sleep(0.5)  # the "device work" the trainer does meanwhile
+        results = [f.result() for f in futures]
+        total = time.monotonic() - start
+    assert submitted < 0.1
+    assert all(r.ok for r in results)
+    assert total < 0.9  # both sleeps ran in parallel with ours
+
+
+def test_counters_and_latency():
+    with VerifierPool(workers=1, deadline_s=1.0, memory_mb=64) as p:
+        p.map(PROBE + "echo", [(i,) for i in range(5)])
+        p.submit(PROBE + "fail", "x").result()
+        p.submit(PROBE + "sleep", 5).result()
+        p.submit(PROBE + "allocate", 400).result()
+        p.submit(PROBE + "segfault").result()
+        stats = p.stats()
+    assert {k: stats[k] for k in ("calls", "ok", "errors", "timeouts", "memory_kills", "crashes")} == {
+        "calls": 9, "ok": 5, "errors": 1, "timeouts": 1, "memory_kills": 1, "crashes": 1}
+    assert stats["restarts"] == 3
+    assert 0 < stats["latency_p50_ms"] <= stats["latency_p95_ms"]
+    assert stats["latency_p95_ms"] >= 900  # the timed-out call is in the tail
+
+
+def test_close_leaves_no_worker():
+    before = descendant_pids()
+    p = VerifierPool(workers=2)
+    pids = set(p.worker_pids())
+    assert pids <= descendant_pids()
+    p.close()
+    assert not (pids & descendant_pids())
+    assert descendant_pids() <= before
+    with pytest.raises(RuntimeError, match="closed"):
+        p.submit(PROBE + "echo", 1)
