@@ -1,0 +1,102 @@
+"""Logit parity of our decoder against transformers on chat prompts (what `reasoner parity` prints).
+
+`run_parity(model, *, mesh_spec=None)` renders `PARITY_CHATS` with the checkpoint's chat template,
+runs ours (jitted, one right-padded batch; f32) and transformers (one prompt at a time, f32, same
+checkpoint), and returns {"max_abs_logit_diff", "top1_agreement", "tokens", "reference", ...} over
+every real token position.
+"""
+
+from __future__ import annotations
+
+import time
+
+PARITY_CHATS: list[list[dict[str, str]]] = [
+    [{"role": "user", "content": "All cats are mammals. Tom is a cat. Is Tom a mammal? Explain each deduction "
+                                 "step and name the rule you use at each step."}],
+    [{"role": "system", "content": "You are a careful logician. Answer with a short proof."},
+     {"role": "user", "content": "If it rains, the grass is wet. The grass is not wet. Did it rain? "
+                                 "Give the name of the inference rule."}],
+    [{"role": "user", "content": "Solve for x: 3x + 7 = 22. Then check your answer by substituting it back "
+                                 "into the equation, and say whether the check passes."}],
+    [{"role": "user", "content": "A train leaves at 9:40 and the trip takes 2 hours and 35 minutes. When does "
+                                 "it arrive? Show the arithmetic on the minutes and the hours separately."}],
+    [{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number iteratively."},
+     {"role": "assistant", "content": "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+                                      "    return a"},
+     {"role": "user", "content": "What is its time complexity, and what does fib(10) return?"}],
+    [{"role": "user", "content": "Every bird that can fly has wings. Penguins are birds that cannot fly. "
+                                 "Do penguins have wings? Is the answer entailed by the premises alone?"}],
+    [{"role": "user", "content": "Translate to first-order logic: 'Every student who studies passes some exam.' "
+                                 "Then give one model in which the sentence is true."}],
+    [{"role": "system", "content": "Think step by step before answering."},
+     {"role": "user", "content": "Alice is older than Bob. Bob is older than Carol. Carol is older than Dan. "
+                                 "Who is the youngest, and how many people are older than Carol?"}],
+    [{"role": "user", "content": "Is the following argument valid? Some doctors are athletes. All athletes are "
+                                 "disciplined. Therefore some doctors are disciplined. Justify in two sentences."}],
+    [{"role": "user", "content": "Name three differences between breadth-first search and A* search, and say "
+                                 "when A* with an admissible heuristic returns an optimal path."}],
+]
+
+
+def run_parity(model_name: str, *, mesh_spec: str | None = None) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    from flax import nnx
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from reasoner.models.loading import load_model
+    from reasoner.models.presets import resolve
+    from reasoner.models.reference import load_transformers_model, transformers_version
+    from reasoner.sharding import logical_sharding, make_mesh
+    from reasoner.tokenization import chat_ids, load_tokenizer
+
+    path = resolve(model_name)
+    tokenizer = load_tokenizer(path)
+    prompts = [chat_ids(tokenizer, chat, add_generation_prompt=True) for chat in PARITY_CHATS]
+    mesh = make_mesh(mesh_spec) if mesh_spec else None
+    model = load_model(path, mesh=mesh)
+    B, T = len(prompts), max(len(p) for p in prompts)
+    tokens = np.zeros((B, T), np.int32)
+    segments = np.zeros((B, T), np.int32)
+    for i, p in enumerate(prompts):
+        tokens[i, :len(p)] = p
+        segments[i, :len(p)] = 1
+    positions = np.broadcast_to(np.arange(T, dtype=np.int32), (B, T))
+    graphdef, state = nnx.split(model)
+
+    def forward(state, tokens, positions, segments):
+        return nnx.merge(graphdef, state)(tokens, positions_BxT=positions, segment_ids_BxT=segments)[0]
+
+    arrays = (tokens, positions, segments)
+    if mesh is not None:
+        sharding = logical_sharding(("batch", "seq"), (B, T), mesh)
+        arrays = tuple(jax.device_put(a, sharding) for a in arrays)
+        out_sharding = NamedSharding(mesh, PartitionSpec())
+    else:
+        out_sharding = None
+    start = time.perf_counter()
+    ours = np.asarray(jax.jit(forward, out_shardings=out_sharding)(state, *map(jnp.asarray, arrays)))
+    ours_s = time.perf_counter() - start
+
+    reference = load_transformers_model(path)
+    max_diff, agree, count = 0.0, 0, 0
+    with torch.no_grad():
+        for i, p in enumerate(prompts):
+            ref = reference(torch.tensor([p])).logits[0].float().numpy()
+            mine = ours[i, :len(p)]
+            max_diff = max(max_diff, float(np.abs(mine - ref).max()))
+            agree += int((mine.argmax(-1) == ref.argmax(-1)).sum())
+            count += len(p)
+    return {
+        "max_abs_logit_diff": max_diff,
+        "top1_agreement": agree / count,
+        "tokens": count,
+        "reference": transformers_version(),
+        "model": model_name,
+        "prompts": len(prompts),
+        "mesh": {k: int(v) for k, v in mesh.shape.items()} if mesh is not None else None,
+        "devices": jax.device_count(),
+        "ours_forward_s_incl_compile": round(ours_s, 3),
+    }
