@@ -68,8 +68,16 @@ def tokenize(text: str, *, keep_comments: bool = False) -> list[tuple[str, str]]
 
 
 def strip_comments(text: str) -> str:
-    """The script with `;` comments removed (strings and quoted symbols left intact)."""
-    return " ".join(tok for kind, tok in tokenize(text))
+    """The script with `;` comments removed; layout, strings and quoted symbols left intact."""
+    kept, pos = [], 0
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            raise SmtParseError(f"unterminated string or quoted symbol at offset {pos}: {text[pos:pos + 30]!r}")
+        if match.lastgroup != "comment":
+            kept.append(match.group())
+        pos = match.end()
+    return "".join(kept)
 
 
 def parse(text: str) -> list:
