@@ -78,7 +78,7 @@ def pure_shardings(state: nnx.State, mesh: Mesh) -> dict:
     from reasoner.sharding import logical_sharding
 
     flat = {}
-    for path, var in state.flat_state():
+    for path, var in nnx.to_flat_state(state):
         axes = var.get_metadata().get("logical_axes")
         shape = var[...].shape if hasattr(var, "__getitem__") else var.shape
         flat[path] = (NamedSharding(mesh, PartitionSpec()) if axes is None

@@ -128,11 +128,12 @@ def _cached_reference(path: pathlib.Path, key: str, compute) -> dict[str, np.nda
     return values
 
 
-def build_dpo(config, *, workdir, tokenizer=None, splits=None) -> dict[str, Any]:
+def build_dpo(config, *, workdir, tokenizer=None, splits=None, devices=None) -> dict[str, Any]:
+    """Mesh, data, model, state and the jitted step of a run (`devices`: a subset for tests; default all)."""
     # ---- mesh
     from reasoner.sharding import make_mesh
 
-    mesh = make_mesh(config.mesh)
+    mesh = make_mesh(config.mesh, devices=devices)
 
     # ---- data
     from trainers.data_sources import load_splits

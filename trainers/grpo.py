@@ -445,11 +445,11 @@ def checkpoint_meta(state: TrainState) -> dict:
 
 
 # ============================================================================================== build
-def build_grpo(config, *, model=None, tokenizer=None) -> dict[str, Any]:
-    """Mesh, policy pieces, reference, optimizer, sharded state, sampler and the jitted step of one run."""
+def build_grpo(config, *, model=None, tokenizer=None, mesh=None) -> dict[str, Any]:
+    """Mesh (default from `config.mesh`), policy pieces, reference, optimizer, sharded state and sampler of a run."""
     check_config(config)
     g = config.grpo
-    mesh = make_mesh(config)
+    mesh = mesh if mesh is not None else make_mesh(config)
     tokenizer = tokenizer or common.load_tokenizer_for(config.model)
     model = build_policy(config, mesh=mesh, model=model)
     lora = bool(config.lora.rank)
@@ -616,7 +616,7 @@ class GRPOResult:
 
 
 def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_examples=None, reward=None,
-          tool: Tool | None = None, progress: bool = True) -> GRPOResult:
+          tool: Tool | None = None, mesh=None, progress: bool = True) -> GRPOResult:
     """Runs (or resumes) GRPO for `config.train.num_steps` generation steps; see the module docstring."""
     from tqdm import tqdm
 
@@ -640,7 +640,7 @@ def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_ex
     own_reward = reward is None
     reward = reward or CompositeReward.from_config([dict(s) for s in config.rewards])
     tool = tool if tool is not None else tool_from_config(config)
-    parts = build_grpo(config, model=model, tokenizer=tokenizer)
+    parts = build_grpo(config, model=model, tokenizer=tokenizer, mesh=mesh)
     state = parts["state"]
     stream = PromptStream(len(examples), int(config.grpo.prompts_per_step), int(config.seed))
     ckpt = RunCheckpoints(workdir, keep=int(config.train.keep_checkpoints),

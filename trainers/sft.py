@@ -45,12 +45,12 @@ def sft_denominator(batch: dict) -> jax.Array:
     return jnp.sum(target_mask(flat(batch["loss_mask"]), flat(batch["segment_ids"])))
 
 
-def build_sft(config, *, workdir, tokenizer=None, splits=None) -> dict[str, Any]:
-    """Everything a run needs (mesh, rows, iterator, model pieces, state, jitted step); used by train and tests."""
+def build_sft(config, *, workdir, tokenizer=None, splits=None, devices=None) -> dict[str, Any]:
+    """Mesh, data, model, state and the jitted step of a run (`devices`: a subset for tests; default all)."""
     # ---- mesh
     from reasoner.sharding import make_mesh
 
-    mesh = make_mesh(config.mesh)
+    mesh = make_mesh(config.mesh, devices=devices)
 
     # ---- data
     from trainers.data_sources import load_splits
