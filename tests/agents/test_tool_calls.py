@@ -1,0 +1,48 @@
+"""Tool-call parsing: clean Hermes JSON, each repair, qwen3_coder XML, plain-text calls, no call."""
+
+import pytest
+
+from reasoner.agents.tool_calls import parse_tool_calls
+
+SMT = "(declare-const p Bool)\n(assert p)\n(check-sat)"
+
+
+@pytest.mark.parametrize("reply,name,arguments,mode", [
+    ('<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "(declare-const p Bool)\\n(assert p)\\n(check-sat)",'
+     ' "timeout": 10}}</tool_call>', "z3_solve", {"smt_code": SMT, "timeout": 10}, "json"),
+    # raw newlines inside the string and a trailing comma
+    ('<tool_call>\n{"name": "z3_solve", "arguments": {"smt_code": "' + SMT + '",}}\n</tool_call>',
+     "z3_solve", {"smt_code": SMT}, "lenient"),
+    # missing closing brace and closing tag
+    ('<tool_call>{"name": "finish", "arguments": {"answer": "B"}', "finish", {"answer": "B"}, "lenient"),
+    # Python-style quotes
+    ("<tool_call>{'name': 'finish', 'arguments': {'answer': 'A'}}</tool_call>", "finish", {"answer": "A"}, "lenient"),
+    # unescaped quotes inside the SMT code: only field recovery works
+    ('<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "(echo "hi")(check-sat)", "timeout": 5}}</tool_call>',
+     "z3_solve", {"smt_code": '(echo "hi")(check-sat)', "timeout": "5"}, "fields"),
+    ("<tool_call>\n<function=z3_solve>\n<parameter=smt_code>\n(check-sat)\n</parameter>\n"
+     "<parameter=timeout>\n10\n</parameter>\n</function>\n</tool_call>",
+     "z3_solve", {"smt_code": "(check-sat)", "timeout": "10"}, "xml"),
+    ('Let me check. z3_solve(smt_code="(declare-const p Bool)(check-sat)", timeout=5)',
+     "z3_solve", {"smt_code": "(declare-const p Bool)(check-sat)", "timeout": 5}, "text"),
+    ('z3_solve(smt_code="""(assert (> x (+ 1 2)))\n(check-sat)""")', "z3_solve",
+     {"smt_code": "(assert (> x (+ 1 2)))\n(check-sat)"}, "text"),
+    ('So the answer is false. finish("B")', "finish", {"answer": "B"}, "text"),
+    ("finish(answer=C)", "finish", {"answer": "C"}, "text"),
+    ('Calling {"name": "finish", "arguments": {"answer": "A"}}', "finish", {"answer": "A"}, "text"),
+])
+def test_one_call(reply, name, arguments, mode):
+    (call,) = parse_tool_calls(reply)
+    assert (call.name, call.arguments, call.parse_mode) == (name, arguments, mode)
+
+
+def test_several_calls_in_order():
+    reply = ('<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "(check-sat)"}}</tool_call>\n'
+             '<tool_call>{"name": "finish", "arguments": {"answer": "A"}}</tool_call>')
+    assert [c.name for c in parse_tool_calls(reply)] == ["z3_solve", "finish"]
+
+
+@pytest.mark.parametrize("reply", ["The answer is B.", "I think z3 would say unsat", "<tool_call></tool_call>",
+                                   "<tool_call>not json at all</tool_call>", ""])
+def test_no_call(reply):
+    assert parse_tool_calls(reply) == []
