@@ -19,6 +19,7 @@ import concurrent.futures
 import dataclasses
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Protocol, Sequence
 
@@ -59,20 +60,40 @@ def as_reply(value: Reply | str) -> Reply:
 
 
 class ScriptedPolicy:
-    """Replays fixed replies: `scripts[key][k]` is the k-th assistant reply of the conversation whose
-    first user message is `key` (so batches can shrink and reorder as episodes finish)."""
+    """Replays fixed replies, for tests and demos.
 
-    def __init__(self, scripts: dict[str, list[str]]):
-        self.scripts = {key: list(replies) for key, replies in scripts.items()}
+    `scripts[prompt]` holds the episodes written for the conversation whose first user message is
+    `prompt`: either one list of replies or a list of such lists (K samples of one problem). The
+    k-th distinct conversation object seen with that prompt replays episode k; within an episode
+    the reply index is the number of assistant messages already in the conversation.
+    """
+
+    def __init__(self, scripts: dict[str, list]):
+        self.scripts = {key: [list(e) for e in (episodes if episodes and isinstance(episodes[0], list)
+                                                else [episodes])]
+                        for key, episodes in scripts.items()}
+        self._assigned: dict[int, tuple[list, str, int]] = {}
+        self._used: dict[str, int] = {}
+
+    def _episode(self, messages: list[dict]) -> tuple[str, list[str]]:
+        if id(messages) not in self._assigned:
+            key = next((m["content"] for m in messages if m["role"] == "user"), None)
+            if key not in self.scripts:
+                raise KeyError(f"ScriptedPolicy has no script for the conversation starting {str(key)[:80]!r}")
+            index = self._used.get(key, 0)
+            if index >= len(self.scripts[key]):
+                raise IndexError(f"ScriptedPolicy has {len(self.scripts[key])} episodes for the conversation "
+                                 f"starting {str(key)[:80]!r}; episode {index + 1} was requested")
+            self._used[key] = index + 1
+            self._assigned[id(messages)] = (messages, key, index)  # holding `messages` keeps its id unique
+        _, key, index = self._assigned[id(messages)]
+        return key, self.scripts[key][index]
 
     def respond(self, conversations: Sequence[list[dict]]) -> list[Reply]:
         replies = []
         for messages in conversations:
-            key = next((m["content"] for m in messages if m["role"] == "user"), None)
-            if key not in self.scripts:
-                raise KeyError(f"ScriptedPolicy has no script for the conversation starting {str(key)[:80]!r}")
+            key, script = self._episode(messages)
             turn = sum(m["role"] == "assistant" for m in messages)
-            script = self.scripts[key]
             if turn >= len(script):
                 raise IndexError(f"ScriptedPolicy script has {len(script)} replies; turn {turn} was requested "
                                  f"for the conversation starting {str(key)[:80]!r}")
@@ -98,6 +119,9 @@ class OpenAIChatPolicy:
             raise ValueError(f"tool_role must be 'tool' or 'user', got {tool_role!r}")
         # Servers that insist on tool_call_id pairing can get observations as user turns instead.
         self.tool_role = tool_role
+        # A local server (tests, a model served on this host) must not go through an HTTP proxy.
+        local = urllib.parse.urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if local else None))
 
     def _request(self, messages: list[dict]) -> Reply:
         body = {"model": self.model, "messages": [_wire_message(m, self.tool_role) for m in messages],
@@ -109,7 +133,7 @@ class OpenAIChatPolicy:
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with self._opener.open(request, timeout=self.timeout_s) as response:
                 payload = json.loads(response.read())
         except urllib.error.HTTPError as err:
             raise RuntimeError(f"{self.url} answered HTTP {err.code}: {err.read()[:500]!r}") from err
