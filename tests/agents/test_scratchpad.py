@@ -1,0 +1,91 @@
+"""Tool-loop mechanics: terminations, T_max, bad calls, timeout clamping, observation messages."""
+
+import concurrent.futures
+import json
+
+import pytest
+
+from reasoner.agents.policies import Reply, ScriptedPolicy
+from reasoner.agents.scratchpad import T_MAX, run_scratchpad
+from reasoner.verifiers.z3_runner import Z3Result
+
+
+class RecordingRunner:
+    """Answers every script with `sat` and records the requested timeouts (no solver needed)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def submit(self, code, *, timeout_s):
+        self.calls.append((code, timeout_s))
+        future = concurrent.futures.Future()
+        future.set_result(Z3Result(success=True, output="sat\n" + "x" * 5000, sat_result="sat", error=None,
+                                   model=None, elapsed_s=0.01, verdicts=("sat",)))
+        return future
+
+
+def conv(prompt):
+    return [{"role": "system", "content": "s"}, {"role": "user", "content": prompt}]
+
+
+def call(name, **arguments):
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def test_default_t_max_is_ten():
+    assert T_MAX == 10
+    runner = RecordingRunner()
+    (traj,) = run_scratchpad(ScriptedPolicy({"p": [call("z3_solve", smt_code="(check-sat)")] * 10}),
+                             [("id", conv("p"))], runner=runner)
+    assert traj.turns == 10 and traj.termination == "max_turns" and not traj.verified
+    assert traj.answer == call("z3_solve", smt_code="(check-sat)") and len(runner.calls) == 10
+
+
+def test_bad_calls_get_error_observations_and_the_episode_continues():
+    runner = RecordingRunner()
+    script = [call("search_web", q="x") + call("z3_solve", code="(check-sat)") + call("z3_solve", smt_code=" "),
+              call("z3_solve", smt_code="(check-sat)", timeout=999) + call("z3_solve", smt_code="(check-sat)", timeout="x"),
+              call("finish", answer=["A"])]
+    (traj,) = run_scratchpad(ScriptedPolicy({"p": script}), [("id", conv("p"))], runner=runner, timeout_cap_s=30)
+    errors = [o["error"] for o in traj.observations[:3]]
+    assert "unknown tool 'search_web'" in errors[0]
+    assert "non-empty string argument 'smt_code'" in errors[1] and "['code']" in errors[1]
+    assert "smt_code" in errors[2]
+    assert [t for _, t in runner.calls] == [30.0, 30.0]  # 999 clamped to the cap, "x" -> cap
+    assert traj.termination == "finish" and traj.answer == '["A"]' and traj.turns == 3
+    tool_messages = [m for m in traj.messages if m["role"] == "tool"]
+    assert len(tool_messages) == 5 and all(m["name"] in ("z3_solve", "search_web") for m in tool_messages)
+    visible = json.loads(tool_messages[3]["content"])
+    assert set(visible) == {"success", "output", "sat_result", "error"} and visible["output"].endswith("[truncated]")
+    assert traj.metadata["solver_calls"] == 2 and len(traj.metadata["errors"]) == 3
+
+
+def test_reply_without_tool_call_ends_and_calls_before_finish_run():
+    runner = RecordingRunner()
+    plan = {"a": ["The answer is B."], "b": [call("z3_solve", smt_code="(check-sat)") + call("finish", answer="C")]}
+    trajs = run_scratchpad(ScriptedPolicy(plan), [("a", conv("a")), ("b", conv("b"))], runner=runner)
+    assert [(t.termination, t.verified, t.answer, t.turns) for t in trajs] == [
+        ("no_tool_call", True, "The answer is B.", 1), ("finish", True, "C", 1)]
+    assert trajs[1].messages[-1]["role"] == "tool" and len(runner.calls) == 1
+
+
+def test_policy_contract_errors():
+    class Broken:
+        def respond(self, conversations):
+            return [Reply("x")] * (len(conversations) + 1)
+
+    with pytest.raises(ValueError, match="returned 2 replies for 1 conversations"):
+        run_scratchpad(Broken(), [("id", conv("p"))], runner=RecordingRunner())
+    with pytest.raises(ValueError, match="t_max must be >= 1"):
+        run_scratchpad(Broken(), [("id", conv("p"))], runner=RecordingRunner(), t_max=0)
+
+
+def test_token_counts_accumulate():
+    class Counting:
+        def respond(self, conversations):
+            return [Reply(call("z3_solve", smt_code="(check-sat)"), prompt_tokens=10, completion_tokens=3)
+                    for _ in conversations]
+
+    (traj,) = run_scratchpad(Counting(), [("id", conv("p"))], runner=RecordingRunner(), t_max=4)
+    assert traj.metadata["tokens"] == {"prompt": 40, "completion": 12}
+    assert traj.to_dict()["metadata"]["termination"] == "max_turns"
