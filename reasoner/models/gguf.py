@@ -72,36 +72,31 @@ def unpermute_llama_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _field(reader, key, default=None):
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    return f.contents()
-
-
-def config_from_gguf(reader, *, source: str, has_output: bool, **overrides) -> ModelConfig:
-    arch = _field(reader, "general.architecture")
+def config_from_gguf(file, *, source: str, has_output: bool, **overrides) -> ModelConfig:
+    """`file` is a `reasoner.models.gguf_file.GGUFFile`."""
+    meta = file.metadata
+    arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise UnsupportedModelError(f"{source}: unsupported GGUF architecture {arch!r}; expected one of {ARCHITECTURES}")
 
     def need(key):
-        value = _field(reader, f"{arch}.{key}")
+        value = meta.get(f"{arch}.{key}")
         if value is None:
             raise CheckpointError(f"{source}: GGUF metadata key {arch}.{key} is missing")
         return value
 
     heads = int(need("attention.head_count"))
     hidden = int(need("embedding_length"))
-    vocab = _field(reader, f"{arch}.vocab_size")
+    vocab = meta.get(f"{arch}.vocab_size")
     if vocab is None:
-        vocab = len(_field(reader, "tokenizer.ggml.tokens", []))
-    scaling = _field(reader, f"{arch}.rope.scaling.type", "none")
+        vocab = len(meta.get("tokenizer.ggml.tokens", ()))
+    scaling = meta.get(f"{arch}.rope.scaling.type", "none")
     rope_type, rope_scaling = "default", ()
     if scaling == "linear":
         rope_type, rope_scaling = "linear", (("factor", float(need("rope.scaling.factor"))),)
     elif scaling not in ("none", None):
         raise UnsupportedModelError(f"{source}: unsupported GGUF rope scaling {scaling!r}")
-    if "rope_freqs.weight" in {t.name for t in reader.tensors}:
+    if "rope_freqs.weight" in file.tensors:
         raise UnsupportedModelError(f"{source}: GGUF rope_freqs (Llama-3 RoPE factors) are not supported; "
                                     f"load the HF safetensors checkpoint instead")
     cfg = dict(
@@ -111,18 +106,18 @@ def config_from_gguf(reader, *, source: str, has_output: bool, **overrides) -> M
         intermediate_size=int(need("feed_forward_length")),
         num_layers=int(need("block_count")),
         num_heads=heads,
-        num_kv_heads=int(_field(reader, f"{arch}.attention.head_count_kv", heads)),
-        head_dim=int(_field(reader, f"{arch}.attention.key_length", hidden // heads)),
-        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        num_kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", heads)),
+        head_dim=int(meta.get(f"{arch}.attention.key_length", hidden // heads)),
+        rope_theta=float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
         rope_type=rope_type,
         rope_scaling=rope_scaling,
         rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
         tie_embeddings=not has_output,
         qkv_bias=arch == "qwen2",
         qk_norm=arch == "qwen3",
-        max_position_embeddings=int(_field(reader, f"{arch}.context_length", 8192)),
-        bos_token_id=_field(reader, "tokenizer.ggml.bos_token_id"),
-        eos_token_id=_field(reader, "tokenizer.ggml.eos_token_id"),
+        max_position_embeddings=int(meta.get(f"{arch}.context_length", 8192)),
+        bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+        eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
     )
     cfg.update(overrides)
     return ModelConfig(**cfg)
@@ -131,10 +126,10 @@ def config_from_gguf(reader, *, source: str, has_output: bool, **overrides) -> M
 class GGUFSource:
     """Dequantized float32 tensors of a GGUF file, addressed by HF names."""
 
-    def __init__(self, path: str, reader, cfg: ModelConfig):
-        self.path, self.reader, self.cfg = path, reader, cfg
+    def __init__(self, path: str, file, cfg: ModelConfig):
+        self.path, self.file, self.cfg = path, file, cfg
         self.tensors = {}
-        for t in reader.tensors:
+        for t in file.tensors.values():
             name = hf_name(t.name)
             if name is not None:
                 self.tensors[name] = t
@@ -149,12 +144,17 @@ class GGUFSource:
     def get(self, name: str) -> np.ndarray:
         import gguf
 
+        from reasoner.models.gguf_file import dequantize
+
         t = self.tensors[name]
         try:
-            w = gguf.quants.dequantize(t.data, t.tensor_type)
+            raw = self.file.raw(t.name)
+            w = dequantize(raw, self.file.type_name(t))
+            if w is None:
+                w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(t.type_id))
         except NotImplementedError:
             raise CheckpointError(
-                f"{self.path}: tensor {t.name} has GGUF type {t.tensor_type.name}, which the gguf package cannot "
+                f"{self.path}: tensor {t.name} has GGUF type {self.file.type_name(t)}, which the gguf package cannot "
                 f"dequantize; expected F32/F16/BF16 or a supported quantization (Q8_0, Q4_0, Q4_1, Q4_K, ...)"
             ) from None
         w = np.asarray(w, dtype=np.float32)
@@ -165,16 +165,8 @@ class GGUFSource:
 
 
 def open_gguf(path: str, **overrides) -> tuple[ModelConfig, GGUFSource]:
-    import gguf
+    from reasoner.models.gguf_file import GGUFFile
 
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint file {path} does not exist")
-    try:
-        reader = gguf.GGUFReader(path)
-    except Exception as err:  # the reader raises assorted errors on short/garbled files
-        size = os.path.getsize(path)
-        raise CheckpointError(f"checkpoint file {path} ({size} bytes) is not a readable GGUF file "
-                              f"(truncated or corrupt): {type(err).__name__}: {err}") from None
-    has_output = any(t.name == "output.weight" for t in reader.tensors)
-    cfg = config_from_gguf(reader, source=path, has_output=has_output, **overrides)
-    return cfg, GGUFSource(path, reader, cfg)
+    file = GGUFFile(path)
+    cfg = config_from_gguf(file, source=path, has_output="output.weight" in file.tensors, **overrides)
+    return cfg, GGUFSource(path, file, cfg)

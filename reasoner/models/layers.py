@@ -7,12 +7,28 @@ axes through the single table in `configs/sharding_rules.py`.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+
+_ABSTRACT = contextvars.ContextVar("abstract_params", default=False)
+
+
+@contextlib.contextmanager
+def abstract_params():
+    """Inside, `make_param` creates shape-only parameters (`jax.ShapeDtypeStruct`): building the
+    model skeleton for loading costs no random numbers and no tracing."""
+    token = _ABSTRACT.set(True)
+    try:
+        yield
+    finally:
+        _ABSTRACT.reset(token)
 
 
 def make_param(
@@ -27,6 +43,8 @@ def make_param(
     shape = tuple(int(s) for s in shape)
     if len(shape) != len(axes):
         raise ValueError(f"shape {shape} and logical axes {tuple(axes)} differ in rank")
+    if _ABSTRACT.get():
+        return nnx.Param(jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)), logical_axes=tuple(axes))
     if init == "normal":
         key = rngs.params()
         if isinstance(key, jax.core.Tracer):

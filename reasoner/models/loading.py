@@ -47,7 +47,10 @@ def open_checkpoint(path: str, **overrides):
 
 def abstract_model(cfg: ModelConfig):
     """(graphdef, abstract state) without allocating any weights."""
-    return nnx.split(nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0))))
+    from reasoner.models.layers import abstract_params
+
+    with abstract_params():
+        return nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)))
 
 
 def _place(array: np.ndarray, sharding) -> jax.Array:

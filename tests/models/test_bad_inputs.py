@@ -61,7 +61,16 @@ def test_truncated_gguf(tmp_path):
     path = write_tiny_gguf(str(tmp_path / "t.gguf"), make_hf_model("llama", seed=2))
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) // 2)
-    with pytest.raises(CheckpointError, match=r"t\.gguf .* not a readable GGUF file \(truncated or corrupt\)"):
+    with pytest.raises(CheckpointError, match=r"t\.gguf is truncated: tensor blk\.\d+\.\S+ needs bytes up to"):
+        load_model(path)
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(CheckpointError, match=r"t\.gguf is truncated inside the GGUF header"):
+        load_model(path)
+    with open(path, "r+b") as f:
+        f.seek(0)
+        f.write(b"GGML")
+    with pytest.raises(CheckpointError, match="not a GGUF file"):
         load_model(path)
 
 
