@@ -1,0 +1,80 @@
+"""`reasoner demo --workdir DIR [--config FILE[:VARIANT]] [--config.a.b=v ...]`: the main job.
+
+Runs the A* post-training pipeline (`reasoner.pipelines.astar`) on the embedded SmolLM2-135M-Instruct: a CPU-sized
+DeepRD split, A* traces, greedy evaluation of the base model, SFT on the traces, GRPO with the A*-dependency reward,
+evaluation again; prints the before/after table (accuracy, efficiency pushes / pops, 95% intervals) and writes
+DIR/report/astar.json and DIR/report/astar.png. Default config: configs/astar_demo.py:cpu (`make demo`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+
+
+def default_config() -> str:
+    import configs
+
+    return str(pathlib.Path(configs.__file__).resolve().parent / "astar_demo.py") + ":cpu"
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="A* post-training end to end on the embedded model (before/after table)",
+        description="Data -> base eval -> SFT -> eval -> GRPO -> eval; --config.KEY=VALUE overrides any entry.")
+    parser.add_argument("--workdir", required=True, help="output directory (data, checkpoints, report)")
+    parser.add_argument("--config", default=None, metavar="FILE[:VARIANT]",
+                        help="default: configs/astar_demo.py:cpu")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.set_defaults(func=run)
+    accept_config_overrides(parser)
+
+
+def accept_config_overrides(parser: argparse.ArgumentParser) -> None:
+    """Splits free-form `--config.a.b=v` items off before argparse sees them (it rejects unknown options);
+    they land in `args.config_overrides`."""
+    original = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        from reasoner.config import split_overrides
+
+        overrides, rest = split_overrides(list(sys.argv[1:] if args is None else args))
+        namespace, extras = original(rest, namespace)
+        namespace.config_overrides = overrides
+        return namespace, extras
+
+    parser.parse_known_args = parse_known_args
+
+
+def load(spec: str | None, overrides) -> object:
+    from reasoner.config import load_config
+
+    return load_config(spec or default_config(), list(overrides or []))
+
+
+def use_single_device(config) -> None:
+    """Drops the simulated-device flag before JAX starts when the config asks for one device: on a CPU the
+    simulated devices split the same cores and only add collectives."""
+    if not config.get("single_device") or "jax" in sys.modules:
+        return
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    kept = [f for f in flags if not f.startswith("--xla_force_host_platform_device_count")]
+    if len(kept) != len(flags):
+        os.environ["XLA_FLAGS"] = " ".join(kept)
+
+
+def run(args: argparse.Namespace) -> int:
+    from reasoner.config import ConfigKeyError
+
+    try:
+        config = load(args.config, getattr(args, "config_overrides", []))
+    except (ConfigKeyError, FileNotFoundError, ValueError) as err:
+        print(f"reasoner demo: {err}", file=sys.stderr)
+        return 2
+    use_single_device(config)
+    from reasoner.pipelines.astar import run as run_pipeline
+
+    summary = run_pipeline(config, workdir=args.workdir, progress=not args.no_progress)
+    return 0 if summary["reports"] else 1

@@ -1,0 +1,56 @@
+"""A* problems -> chat SFT examples (prompt messages + verbalized A* trace) and the chat-JSONL files of
+`reasoner.data.chat_jsonl` (`<dir>/<split>.jsonl`, one `{"prompt": [...], "completion": "...", "id": ...}` per line).
+
+Used by the A* pipeline (`reasoner.pipelines.astar`) to turn a DeepRD or ProofWriter split into SFT data for one
+search order (heuristic "zero" = Dijkstra, "dependency", "true"), as in the paper's §4.1 "Search Orders and Training".
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Iterable, Mapping, Sequence
+
+from reasoner.tasks.astar import AStarProblem, prompt_messages, sft_completion
+
+__all__ = ["sft_example", "sft_examples", "write_jsonl", "write_splits", "deeprd_records"]
+
+
+def sft_example(problem: AStarProblem, *, heuristic: str = "dependency") -> dict:
+    """{"id", "prompt": [system, user], "completion": verbalized A* trace}."""
+    return {"id": problem.id, "prompt": prompt_messages(problem),
+            "completion": sft_completion(problem, heuristic=heuristic)}
+
+
+def sft_examples(problems: Iterable[AStarProblem], *, heuristic: str = "dependency") -> list[dict]:
+    return [sft_example(p, heuristic=heuristic) for p in problems]
+
+
+def write_jsonl(path, examples: Sequence[Mapping]) -> pathlib.Path:
+    """One JSON object per line; the parent directory is created. Returns the path."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for ex in examples:
+            f.write(json.dumps(ex, ensure_ascii=False) + "\n")
+    tmp.replace(path)  # a half-written file never looks complete to the TFDS builder
+    return path
+
+
+def write_splits(out_dir, splits: Mapping[str, Iterable[AStarProblem]], *, heuristic: str = "dependency"
+                 ) -> dict[str, int]:
+    """Writes `<out_dir>/<split>.jsonl` of SFT examples per split; returns {split: count}."""
+    counts = {}
+    for split, problems in splits.items():
+        examples = sft_examples(problems, heuristic=heuristic)
+        write_jsonl(pathlib.Path(out_dir) / f"{split}.jsonl", examples)
+        counts[split] = len(examples)
+    return counts
+
+
+def deeprd_records(*, seed: int, split: str, size: int, spec) -> list[dict]:
+    """DeepRD problems of a split as dataset records (each checked by host A*; see `reasoner.data.deeprd`)."""
+    from reasoner.data.deeprd import generate_split, problem_record
+
+    return [problem_record(p) for p in generate_split(seed=seed, split=split, size=size, spec=spec)]

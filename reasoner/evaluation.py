@@ -1,0 +1,199 @@
+"""Batched evaluation of a model on A* proof problems (A* post-training §4.1, Figs. 2-4).
+
+Generation goes through the jitted KV-cache sampler (`reasoner.sampling.Sampler`): greedy by default (the paper's
+setting), or K samples per prompt sharing one prefill. Prompts are evaluated in fixed-size batches, each padded to
+the sampler's prompt bucket, so a run compiles a handful of shapes. Scoring is host-side
+(`reasoner.tasks.astar.score_completion`: parse -> verify -> efficiency), which is cheap next to generation.
+
+Metrics (JSON report, one dict per model):
+  accuracy           share of correct attempts with a 95% Wilson interval (over all P*K attempts; with K = 1 this
+                     is the paper's accuracy over problems);
+  efficiency_pushes  mean over correct attempts of steps(shortest proof) / steps(attempt), bootstrap interval;
+  efficiency_pops    same with |V_pops| (Eq. 6), bootstrap interval;
+  reliability        avg@N, pass@k (unbiased), pass^k and stability pass^k / pass@k for each k <= K;
+  finish_reasons, mean completion tokens, seconds.
+`write_report` stores the reports as JSON and draws accuracy against efficiency with the Pareto front.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from reasoner.tasks.astar import AStarProblem, TaskScore, prompt_messages, score_completion
+
+__all__ = ["EvalSettings", "EvalResult", "generate_completions", "evaluate_completions", "evaluate", "write_report",
+           "reference_efficiency"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """num_samples 1 + temperature 0 = greedy. batch_size counts prompts per sampler call (each has K rows)."""
+
+    num_samples: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    batch_size: int = 16
+    seed: int = 0
+    ks: tuple[int, ...] = (1,)
+
+    def __post_init__(self):
+        for name in ("num_samples", "max_new_tokens", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"eval {name}={value!r}: expected an int >= 1")
+        if self.num_samples > 1 and self.temperature == 0:
+            raise ValueError(f"eval num_samples={self.num_samples} with temperature 0: greedy samples are identical; "
+                             "expected temperature > 0")
+        bad = [k for k in self.ks if not isinstance(k, int) or not 1 <= k <= self.num_samples]
+        if bad:
+            raise ValueError(f"eval ks={self.ks}: expected ints in [1, num_samples={self.num_samples}]")
+
+
+@dataclasses.dataclass
+class EvalResult:
+    label: str
+    report: dict
+    point: object  # reasoner.metrics.pareto.ModelPoint
+    completions: list[list[str]]
+    scores: list[list[TaskScore]]
+
+
+def generate_completions(model, tokenizer, problems: Sequence[AStarProblem], settings: EvalSettings, *,
+                         progress: bool = True, desc: str = "eval") -> tuple[list[list[str]], dict]:
+    """K completion texts per problem (problem order) and generation stats (finish reasons, tokens, seconds)."""
+    from tqdm import tqdm
+
+    from reasoner.sampling import Sampler, SamplingParams
+    from reasoner.tokenization import chat_ids
+
+    if not problems:
+        raise ValueError("problems is empty: expected at least one A* problem to evaluate")
+    sampler = Sampler(model, tokenizer)
+    params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                            top_p=settings.top_p, n=settings.num_samples, seed=settings.seed)
+    prompts = [chat_ids(tokenizer, prompt_messages(p)) for p in problems]
+    # One cache length for every batch: the longest prompt's bucket + new tokens, so all batches share one compile.
+    from reasoner.sampling.buckets import bucket_length
+
+    max_len = bucket_length(max(len(p) for p in prompts) + settings.max_new_tokens)
+    texts: list[list[str]] = []
+    reasons: Counter = Counter()
+    tokens = 0
+    start = time.perf_counter()
+    bar = tqdm(total=len(problems), desc=desc, unit="problem", disable=not progress, dynamic_ncols=True)
+    try:
+        for lo in range(0, len(prompts), settings.batch_size):
+            chunk = prompts[lo:lo + settings.batch_size]
+            pad = settings.batch_size - len(chunk)
+            # A short last batch is topped up with copies so its shape matches the others (no new compile).
+            out = sampler.generate(chunk + [chunk[-1]] * pad, params, max_len=max_len)
+            rows = out[:len(chunk) * settings.num_samples]
+            for i in range(len(chunk)):
+                group = rows[i * settings.num_samples:(i + 1) * settings.num_samples]
+                texts.append([c.text for c in group])
+                reasons.update(c.finish_reason for c in group)
+                tokens += sum(c.num_tokens for c in group)
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - start
+    n_rows = len(problems) * settings.num_samples
+    return texts, {"finish_reasons": dict(reasons), "mean_completion_tokens": tokens / n_rows,
+                   "generation_seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
+
+
+def evaluate_completions(problems: Sequence[AStarProblem], completions: Sequence[Sequence[str]], *, label: str,
+                         ks: Sequence[int] = (1,), group: str = "", n_resamples: int = 10_000, seed: int = 0
+                         ) -> EvalResult:
+    """Scores K completions per problem and builds the report (see module docstring) and the plot point."""
+    from reasoner.metrics.pareto import summarise_model
+    from reasoner.metrics.reliability import reliability_report
+
+    if len(completions) != len(problems):
+        raise ValueError(f"{len(completions)} completion lists for {len(problems)} problems: expected one per problem")
+    widths = {len(c) for c in completions}
+    if len(widths) != 1 or 0 in widths:
+        raise ValueError(f"completions per problem {sorted(widths)}: expected the same K >= 1 for every problem")
+    scores = [[score_completion(p, text) for text in texts] for p, texts in zip(problems, completions)]
+    flat = [s for row in scores for s in row]
+    point, report = summarise_model(
+        label, correct=[s.correct for s in flat],
+        efficiency={"pushes": [s.efficiency_pushes for s in flat], "pops": [s.efficiency_pops for s in flat]},
+        group=group, n_resamples=n_resamples, seed=seed)
+    correct_PxK = np.array([[s.correct for s in row] for row in scores], bool)
+    report["problems"] = len(problems)
+    report["samples_per_problem"] = int(correct_PxK.shape[1])
+    report["reliability"] = reliability_report(correct_PxK, ks=tuple(ks))
+    report["mean_rewards"] = {k: float(np.mean([s.rewards[k] for s in flat])) for k in flat[0].rewards}
+    report["mean_parsed_steps"] = float(np.mean([s.steps_parsed for s in flat]))
+    return EvalResult(label=label, report=report, point=point, completions=[list(c) for c in completions],
+                      scores=scores)
+
+
+def evaluate(model, tokenizer, problems: Sequence[AStarProblem], settings: EvalSettings = EvalSettings(), *,
+             label: str, group: str = "", progress: bool = True) -> EvalResult:
+    """Generate (jitted sampler, batched) then score; the report also carries generation stats and settings."""
+    texts, stats = generate_completions(model, tokenizer, problems, settings, progress=progress, desc=f"eval {label}")
+    result = evaluate_completions(problems, texts, label=label, ks=settings.ks, group=group, seed=settings.seed)
+    result.report["generation"] = stats
+    result.report["settings"] = dataclasses.asdict(settings)
+    return result
+
+
+def reference_efficiency(problems: Sequence[AStarProblem], heuristics: Sequence[str] = ("zero", "dependency", "true")
+                         ) -> dict[str, dict[str, float]]:
+    """Efficiency of the search algorithms themselves on these problems (the paper's dashed lines in Fig. 2)."""
+    from reasoner.tasks.astar import sft_completion
+
+    names = {"zero": "Dijkstra", "dependency": "A* dependency", "true": "A* true cost-to-go"}
+    out: dict[str, dict[str, float]] = {"pushes": {}, "pops": {}}
+    for h in heuristics:
+        scored = [score_completion(p, sft_completion(p, heuristic=h)) for p in problems]
+        out["pushes"][names[h]] = float(np.mean([s.efficiency_pushes for s in scored]))
+        out["pops"][names[h]] = float(np.mean([s.efficiency_pops for s in scored]))
+    return out
+
+
+def write_report(results: Sequence[EvalResult], out_dir, *, name: str = "eval", title: str | None = None,
+                 reference: dict | None = None, extra: dict | None = None) -> dict[str, str]:
+    """Writes `<name>.json` (reports, Pareto fronts, extra), `<name>.png` (accuracy vs efficiency) and
+    `<name>_completions.jsonl` (every completion with its scores); returns the paths."""
+    from reasoner.metrics.pareto import plot_accuracy_efficiency
+
+    if not results:
+        raise ValueError("results is empty: nothing to report")
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    png = out / f"{name}.png"
+    fronts = plot_accuracy_efficiency([r.point for r in results], path=png, reference_efficiency=reference,
+                                      title=title)
+    doc = {"models": [r.report for r in results], "pareto_front": fronts, "reference_efficiency": reference,
+           **(extra or {})}
+    js = out / f"{name}.json"
+    js.write_text(json.dumps(doc, indent=2, default=_jsonable))
+    comp = out / f"{name}_completions.jsonl"
+    with comp.open("w") as f:
+        for r in results:
+            for i, (texts, scores) in enumerate(zip(r.completions, r.scores)):
+                for text, s in zip(texts, scores):
+                    f.write(json.dumps({"model": r.label, "problem": i, "text": text, **s.as_dict()},
+                                       default=_jsonable) + "\n")
+    return {"json": str(js), "png": str(png), "completions": str(comp)}
+
+
+def _jsonable(value):
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    return str(value)

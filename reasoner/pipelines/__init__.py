@@ -1,0 +1,1 @@
+"""End-to-end pipelines that chain data, evaluation and trainers (one module per experiment family)."""

@@ -1,0 +1,215 @@
+"""The A* post-training pipeline (the paper's §4 on one machine): data -> base eval -> SFT -> eval -> GRPO -> eval.
+
+    from reasoner.pipelines.astar import run
+    summary = run(load_config("configs/astar_demo.py:cpu"), workdir="runs/demo")
+
+Stages (each timed; progress bars throughout):
+  1. data   DeepRD train/validation/test problems (`reasoner.data.deeprd`, each checked by host A*), written as
+            records (`<workdir>/data/records/<split>.jsonl`, what GRPO reads) and as chat SFT examples whose
+            completion is the verbalized A* trace under `data.heuristic` (`<workdir>/data/sft/<split>.jsonl`).
+  2. base   greedy evaluation of the starting model on the test problems (`reasoner.evaluation`).
+  3. sft    `trainers.sft.train` on the traces (best validation-loss checkpoint, exported to HF safetensors).
+  4. eval of the SFT model.
+  5. grpo   `trainers.grpo.train` from the SFT model with the A*-informed reward of `grpo.rewards`, then eval.
+Outputs under the workdir: `report/astar.json` (every model's report, timings, data figures, before/after table),
+`report/astar.png` (accuracy vs efficiency with the Pareto front and the search algorithms' own efficiency),
+`report/astar_completions.jsonl`, and the trainers' own directories (`sft/`, `grpo/`).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from collections.abc import Callable
+
+from reasoner.data.astar_traces import deeprd_records, sft_examples, write_jsonl
+from reasoner.tasks.astar import problem_from_record
+
+__all__ = ["run", "build_data", "format_table", "sft_config", "grpo_config"]
+
+SPLITS = ("train", "validation", "test")
+
+
+def _log(msg: str) -> None:
+    print(f"[astar] {msg}", flush=True)
+
+
+def build_data(config, *, out_dir) -> dict:
+    """Records and SFT examples of every split (written as JSONL) -> {split: {"records", "problems", "sft"}}."""
+    from reasoner.data.deeprd import DeepRDSpec
+
+    d = config.data
+    if d.dataset != "deeprd":
+        raise ValueError(f"data.dataset={d.dataset!r}: the pipeline generates DeepRD splits; expected 'deeprd'")
+    spec = DeepRDSpec(min_lookahead=d.min_lookahead, max_lookahead=d.max_lookahead, min_branches=d.min_branches,
+                      max_branches=d.max_branches, extra_ratio=d.extra_ratio, max_degree=d.max_degree)
+    out = pathlib.Path(out_dir)
+    splits = {}
+    for split in SPLITS:
+        records = deeprd_records(seed=int(d.seed), split=split, size=int(d[split]), spec=spec)
+        problems = [problem_from_record(r, dataset=d.dataset) for r in records]
+        examples = sft_examples(problems, heuristic=d.heuristic)
+        write_jsonl(out / "records" / f"{split}.jsonl", records)
+        write_jsonl(out / "sft" / f"{split}.jsonl", examples)
+        splits[split] = {"records": records, "problems": problems, "sft": examples}
+    return splits
+
+
+def sft_config(config, *, export_dir):
+    """The `trainers.sft` config of this pipeline: configs/sft_astar.py with the pipeline's model and `sft` section."""
+    from configs import sft_astar
+
+    c = sft_astar.base_config()
+    c.seed = config.seed
+    c.mesh = config.mesh
+    c.model = config.model
+    for key in ("data", "optim", "train", "lora"):
+        c[key].update(config.sft[key].to_dict())
+    c.export_dir = str(export_dir)
+    return c
+
+
+def grpo_config(config):
+    """The `trainers.grpo` config: configs/grpo_astar.py with the pipeline's model and `grpo` section."""
+    from configs import grpo_astar
+
+    c = grpo_astar.base_config()
+    c.seed = config.seed
+    c.mesh = config.mesh
+    c.model = config.model
+    for key in ("data", "grpo", "optim", "train", "lora"):
+        c[key].update(config.grpo[key].to_dict())
+    c.rewards = [dict(r) for r in config.grpo.rewards]
+    c.data.dataset = config.data.dataset
+    c.data.task = "astar"
+    return c
+
+
+def _eval_settings(config):
+    from reasoner.evaluation import EvalSettings
+
+    e = config.eval
+    return EvalSettings(num_samples=int(e.num_samples), temperature=float(e.temperature), top_p=float(e.top_p),
+                        max_new_tokens=int(e.max_new_tokens), batch_size=int(e.batch_size), seed=int(e.seed),
+                        ks=tuple(int(k) for k in e.ks))
+
+
+def _metric(report: dict, key: str) -> str:
+    value = report.get(key)
+    if value is None:
+        return "n/a (no correct proof)"
+    return f"{value['estimate']:.3f} [{value['low']:.3f}, {value['high']:.3f}]"
+
+
+def format_table(reports: list[dict]) -> str:
+    """The before/after table: accuracy (Wilson 95%), efficiency pushes / pops (bootstrap 95%) per model."""
+    head = ("model", "accuracy", "efficiency (pushes)", "efficiency (pops)")
+    rows = [(r["label"], _metric(r, "accuracy"), _metric(r, "efficiency_pushes"), _metric(r, "efficiency_pops"))
+            for r in reports]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+class _Timer:
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    def stage(self, name: str, fn: Callable):
+        _log(f"stage {name} ...")
+        start = time.perf_counter()
+        out = fn()
+        self.seconds[name] = round(time.perf_counter() - start, 1)
+        _log(f"stage {name} done in {self.seconds[name]:.1f} s")
+        return out
+
+
+def run(config, *, workdir, progress: bool = True) -> dict:
+    """Runs every enabled stage in `workdir`; returns the summary written to `report/astar.json`."""
+    import jax
+
+    from reasoner.evaluation import evaluate, reference_efficiency, write_report
+    from reasoner.models import load_model
+    from trainers import common
+
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    timer = _Timer()
+    total_start = time.perf_counter()
+    settings = _eval_settings(config)
+    _log(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; workdir {workdir}")
+
+    splits = timer.stage("data", lambda: build_data(config, out_dir=workdir / "data"))
+    test = splits["test"]["problems"]
+    tokenizer = common.load_tokenizer_for(config.model)
+    lengths = [len(tokenizer(ex["completion"], add_special_tokens=False)["input_ids"])
+               for ex in splits["test"]["sft"]]
+    fits = sum(n < settings.max_new_tokens for n in lengths)
+    _log(f"data: " + ", ".join(f"{s} {len(splits[s]['records'])}" for s in SPLITS)
+         + f"; test A* traces fitting in {settings.max_new_tokens} new tokens: {fits}/{len(lengths)}")
+
+    from reasoner.sharding import make_mesh
+
+    base_model = common.build_model(config.model, mesh=make_mesh(config.mesh))
+    results = [timer.stage("eval_base", lambda: evaluate(base_model, tokenizer, test, settings, label="base",
+                                                         progress=progress))]
+    del base_model
+    summary_models = {}
+    model = None
+    if config.sft.enabled:
+        from trainers import sft
+
+        export_dir = workdir / "sft" / "export"
+        cfg = sft_config(config, export_dir=export_dir)
+        data = {s: splits[s]["sft"] for s in ("train", "validation")}
+        res = timer.stage("sft", lambda: sft.train(cfg, workdir=workdir / "sft", progress=progress,
+                                                   tokenizer=tokenizer, splits=data))
+        summary_models["sft"] = {"last_metrics": res.last_metrics, "eval_history": res.eval_history}
+        model = load_model(str(export_dir))
+        results.append(timer.stage("eval_sft", lambda: evaluate(model, tokenizer, test, settings,
+                                                                label=f"SFT ({config.data.heuristic})",
+                                                                progress=progress)))
+    if config.grpo.enabled:
+        grpo = _grpo_module()
+        if grpo is None:
+            _log("stage grpo skipped: trainers.grpo is not available")
+        else:
+            cfg = grpo_config(config)
+            reward_name = ", ".join(r.get("as", r["name"]) for r in cfg.rewards)
+            res = timer.stage("grpo", lambda: grpo.train(
+                cfg, workdir=workdir / "grpo", model=model, tokenizer=tokenizer,
+                examples=splits["train"]["records"], progress=progress))
+            summary_models["grpo"] = {"last_metrics": res.last_metrics, "history": res.history}
+            model = res.model()
+            results.append(timer.stage("eval_grpo", lambda: evaluate(model, tokenizer, test, settings,
+                                                                     label=f"SFT+GRPO ({reward_name})",
+                                                                     progress=progress)))
+
+    reference = reference_efficiency(test)
+    table = format_table([r.report for r in results])
+    seconds = round(time.perf_counter() - total_start, 1)
+    base_acc = results[0].report["accuracy"]["estimate"]
+    final_acc = results[-1].report["accuracy"]["estimate"]
+    extra = {"table": table, "timings_s": {**timer.seconds, "total": seconds},
+             "accuracy_gain": final_acc - base_acc, "trainers": summary_models,
+             "data": {s: len(splits[s]["records"]) for s in SPLITS}, "test_traces_fitting": [fits, len(lengths)],
+             "config": config.to_dict()}
+    paths = write_report(results, workdir / "report", name="astar", reference=reference, extra=extra,
+                         title="A* post-training on DeepRD (SmolLM2-135M-Instruct)" if config.model.name else None)
+    print("\n" + table, flush=True)
+    print(f"\naccuracy: {base_acc:.3f} -> {final_acc:.3f} (gain {final_acc - base_acc:+.3f}); "
+          f"total {seconds:.0f} s (" + ", ".join(f"{k} {v:.0f} s" for k, v in timer.seconds.items()) + ")",
+          flush=True)
+    print(f"report: {paths['json']}\nplot:   {paths['png']}", flush=True)
+    return {"table": table, "paths": paths, "timings_s": extra["timings_s"], "accuracy_gain": extra["accuracy_gain"],
+            "reports": [r.report for r in results]}
+
+
+def _grpo_module():
+    """trainers.grpo when it exists (it is the GRPO helper's file); None otherwise."""
+    try:
+        from trainers import grpo
+    except ImportError:
+        return None
+    return grpo if hasattr(grpo, "train") else None
+
