@@ -374,6 +374,9 @@ def test_token_logps_and_entropy_match_trl_helpers(temperature):
     ref_entropy = trl_utils.entropy_from_logits(t_logits / temperature).numpy()
     np.testing.assert_allclose(np.asarray(logps), ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(entropy), ref_entropy, rtol=1e-5, atol=1e-5)
+    masked = jnp.asarray(logits).at[:, :, 10:].set(-jnp.inf)  # a processor masked most of the vocabulary
+    m_logps, m_entropy = gl.token_logps_and_entropy(masked, jnp.asarray(ids) % 10, temperature=temperature)
+    assert np.all(np.isfinite(np.asarray(m_logps))) and np.all(np.isfinite(np.asarray(m_entropy)))
     with pytest.raises(ValueError, match="temperature=0"):
         gl.token_logps_and_entropy(jnp.asarray(logits), jnp.asarray(ids), temperature=0)
 
