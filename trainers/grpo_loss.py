@@ -161,9 +161,10 @@ def token_logps_and_entropy(logits_BxTxV, token_ids_BxT, *, temperature: float =
                          "expected the same [B, T]")
     logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32) / temperature, axis=-1)
     logps_BxT = jnp.take_along_axis(logp_BxTxV, token_ids_BxT[..., None].astype(jnp.int32), axis=-1)[..., 0]
-    # where(): vocabulary entries masked to -inf (e.g. by a logits processor) contribute 0, not 0 * -inf = NaN.
+    # Entries masked to -inf (e.g. by a logits processor) contribute 0, not 0 * -inf = NaN; the inner where keeps
+    # the gradient finite too.
     p_BxTxV = jnp.exp(logp_BxTxV)
-    entropy_BxT = -jnp.sum(jnp.where(p_BxTxV > 0, p_BxTxV * logp_BxTxV, 0.0), axis=-1)
+    entropy_BxT = -jnp.sum(p_BxTxV * jnp.where(p_BxTxV > 0, logp_BxTxV, 0.0), axis=-1)
     return logps_BxT, entropy_BxT
 
 
