@@ -56,5 +56,10 @@ def fork_sleeper(seconds: float) -> int:
     return pid
 
 
+def sleep_then_pid(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
 def pid() -> int:
     return os.getpid()
