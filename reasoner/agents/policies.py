@@ -11,6 +11,15 @@ the policy must continue the conversation as the assistant (multi-turn continuat
 `Reply` (text plus optional token counts) or a bare string. Tool calls are written inside the text
 as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; the loop parses them. `TOOLS` is the
 JSON schema of the two tools, for chat templates and servers that take a `tools` list.
+
+What a policy over the jitted sampler must provide (the third implementation, beside the two here):
+`respond(conversations)` with `len(result) == len(conversations)`, in the same order; render each
+conversation with the model's chat template (passing `TOOLS` where the template supports tools,
+rendering "tool" messages as the template's tool-response turn) with the generation prompt added;
+generate the assistant turn as a continuation of that prefix (batched, padded; reusing the KV cache
+of the shared prefix is an optimisation, not a requirement); stop at EOS / end-of-turn or right
+after `</tool_call>`; return the decoded new text only (special tokens stripped, `<tool_call>` tags
+kept) as `Reply(text, prompt_tokens, completion_tokens)`. It must not mutate the message lists.
 """
 
 from __future__ import annotations
