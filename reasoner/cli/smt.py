@@ -1,8 +1,12 @@
-"""`reasoner smt check FILE... [--json]`: run SMT-LIB 2 scripts through the verifier pool's Z3 runner.
+"""`reasoner smt check|rollout`: SMT-LIB scripts through the verifier pool, and scratchpad rollouts.
 
-With `--json` prints one line per file: {"file", "sat_result", "error", "elapsed_s"}. With
-`--expected TSV` (columns `file`, `expected`, as in z3test_sample/expected.tsv) it also prints a
+`smt check FILE... [--json]` prints one line per file: {"file", "sat_result", "error", "elapsed_s"}.
+With `--expected TSV` (columns `file`, `expected`, as in z3test_sample/expected.tsv) it also prints a
 summary line {"agree", "total", "disagreements": [...]} to stderr.
+
+`smt rollout --dataset folio --endpoint URL --model NAME --out rows.jsonl` samples scratchpad
+episodes from an OpenAI-compatible server (teacher rollouts), scores and curates them, writes one
+JSON row per trajectory (and DPO triples with `--dpo-out`) and prints the SMT metrics as JSON.
 """
 
 from __future__ import annotations
@@ -24,6 +28,22 @@ def register(subparsers) -> None:
     check.add_argument("--workers", type=int, default=2)
     check.add_argument("--expected", metavar="TSV", help="compare against a file<TAB>expected table")
     check.set_defaults(func=run_check)
+
+    rollout = inner.add_parser("rollout", help="scratchpad rollouts from an OpenAI-compatible endpoint")
+    rollout.add_argument("--dataset", required=True, choices=("proofwriter", "folio", "prontoqa"))
+    rollout.add_argument("--data-root", default=os.path.join("..", "shared", "data"))
+    rollout.add_argument("--limit", type=int, default=10, help="number of problems")
+    rollout.add_argument("--samples", type=int, default=1, help="episodes per problem")
+    rollout.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000/v1")
+    rollout.add_argument("--model", required=True)
+    rollout.add_argument("--api-key-env", default="OPENAI_API_KEY", help="variable holding the API key")
+    rollout.add_argument("--temperature", type=float, default=0.9)
+    rollout.add_argument("--t-max", type=int, default=10)
+    rollout.add_argument("--timeout", type=float, default=30.0, help="cap of one z3_solve call, seconds")
+    rollout.add_argument("--workers", type=int, default=2)
+    rollout.add_argument("--out", required=True, help="JSONL file for the trajectories")
+    rollout.add_argument("--dpo-out", help="JSONL file for the DPO triples")
+    rollout.set_defaults(func=run_rollout)
 
 
 def read_script(path: str) -> str:
@@ -76,3 +96,28 @@ def compare_expected(rows: list[dict], tsv_path: str) -> dict:
                                   "got": row["sat_result"], "error": row["error"]})
     total = sum(os.path.basename(r["file"]) in expected for r in rows)
     return {"agree": total - len(disagreements), "total": total, "disagreements": disagreements}
+
+
+def run_rollout(args) -> int:
+    from reasoner.agents.policies import OpenAIChatPolicy
+    from reasoner.agents.rollouts import rollout_logic
+    from reasoner.tasks.logic_llm import load_problems
+    from reasoner.verifiers.z3_runner import Z3Runner
+
+    problems = load_problems(args.data_root, args.dataset, limit=args.limit)
+    policy = OpenAIChatPolicy(args.endpoint, args.model, api_key=os.environ.get(args.api_key_env),
+                              temperature=args.temperature)
+    with Z3Runner(timeout_s=args.timeout, workers=args.workers) as runner:
+        result = rollout_logic(policy, problems, runner=runner, samples=args.samples, t_max=args.t_max,
+                               timeout_cap_s=args.timeout)
+    _write_jsonl(args.out, result.rows)
+    if args.dpo_out:
+        _write_jsonl(args.dpo_out, result.pairs)
+    print(json.dumps({"dataset": args.dataset, "problems": len(problems), **result.metrics}))
+    return 0
+
+
+def _write_jsonl(path: str, rows: list[dict]) -> None:
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")

@@ -1,0 +1,42 @@
+"""Teacher/student rollouts on Logic-LLM tasks: K scratchpad episodes per problem, scored, curated,
+measured; the rows written by `reasoner smt rollout`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from reasoner.agents.scratchpad import T_MAX, Trajectory, run_scratchpad
+from reasoner.metrics.smt import smt_metrics
+from reasoner.tasks.logic_llm import LogicProblem, check_correct, render_messages
+from reasoner.verifiers.curation import curate, dpo_pairs, problem_entities
+
+
+@dataclasses.dataclass
+class RolloutSet:
+    trajectories: list[Trajectory]
+    rows: list[dict]  # one JSON-ready record per trajectory, with its label and reasons
+    pairs: list[dict]  # DPO triples, Silver traces first as hard negatives
+    metrics: dict
+
+
+def rollout_logic(policy, problems: list[LogicProblem], *, runner, samples: int = 1, t_max: int = T_MAX,
+                  timeout_cap_s: float = 30.0) -> RolloutSet:
+    """`samples` episodes per problem (all advanced together), scored with `check_correct` and curated."""
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    conversations = [(p.id, render_messages(p)) for p in problems for _ in range(samples)]
+    trajectories = run_scratchpad(policy, conversations, runner=runner, t_max=t_max, timeout_cap_s=timeout_cap_s)
+    by_id = {p.id: p for p in problems}
+    entities = {p.id: problem_entities(p.context, p.question) for p in problems}
+    rows, curated = [], []
+    for traj in trajectories:
+        problem = by_id[traj.problem_id]
+        traj.correct = check_correct(traj.answer, problem)
+        result = curate(traj, entities[traj.problem_id])
+        curated.append(result)
+        rows.append(traj.to_dict() | {"dataset": problem.dataset, "gold_answer": problem.answer,
+                                      "label": result.label, "reasons": list(result.reasons)})
+    metrics = smt_metrics(trajectories, entities)
+    metrics["labels"] = {label: sum(c.label == label for c in curated) for label in ("gold", "silver", "rejected")}
+    return RolloutSet(trajectories, rows, dpo_pairs(trajectories, curated), metrics)
