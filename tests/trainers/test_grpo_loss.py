@@ -271,7 +271,7 @@ class _Accelerator:
         return x
 
 
-def trl_compute_loss(batch, *, cfg, num_iterations, mask_parts, advantages, num_items, ga, spg):
+def trl_compute_loss(batch, *, cfg, num_iterations, mask_parts, advantages, num_items, ga, spg, num_processes=1):
     """Run TRL's `GRPOTrainer._compute_loss` with our log-probs; returns (loss, grad wrt log-probs, metrics)."""
     torch = pytest.importorskip("torch")
     trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
@@ -282,15 +282,19 @@ def trl_compute_loss(batch, *, cfg, num_iterations, mask_parts, advantages, num_
         importance_sampling_level="token", beta=cfg.beta, loss_type=cfg.loss_type, epsilon_low=cfg.epsilon_low,
         epsilon_high=cfg.epsilon_high, use_vllm=False, vllm_importance_sampling_correction=False,
         current_gradient_accumulation_steps=ga, max_completion_length=cfg.max_completion_length,
-        accelerator=_Accelerator(), _metrics={"train": defaultdict(list)}, _entropy_bonus_enabled=False,
+        accelerator=SimpleNamespace(num_processes=num_processes, gather=_Accelerator.gather,
+                                    reduce=_Accelerator.reduce),
+        _metrics={"train": defaultdict(list)}, _entropy_bonus_enabled=False,
         aux_loss_enabled=False,
         args=SimpleNamespace(delta=cfg.delta, use_bias_correction_kl=cfg.use_bias_correction_kl,
                              steps_per_generation=spg),
         _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
     )
+    rows = completion_mask.shape[0]
     inputs = {
-        "prompt_ids": torch.zeros((B, 1), dtype=torch.long), "prompt_mask": torch.ones((B, 1), dtype=torch.long),
-        "completion_ids": torch.zeros((B, T), dtype=torch.long), "completion_mask": completion_mask,
+        "prompt_ids": torch.zeros((rows, 1), dtype=torch.long),
+        "prompt_mask": torch.ones((rows, 1), dtype=torch.long),
+        "completion_ids": torch.zeros((rows, T), dtype=torch.long), "completion_mask": completion_mask,
         "tool_mask": tool_mask, "advantages": torch.tensor(np.asarray(advantages)),
         "ref_per_token_logps": torch.tensor(batch["ref"]), "num_items_in_batch": torch.tensor(num_items),
     }
@@ -417,3 +421,30 @@ def test_dapo_micro_batches_sum_to_the_generation_batch_loss():
                        num_items=mask.sum(), ga=4, spg=4)
         total += float(loss)
     np.testing.assert_allclose(total, float(full), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.baseline
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_global_batch_equals_trl_on_two_processes(loss_type):
+    """Our loss over the global batch equals TRL run as 2 data-parallel processes (each on half the rows,
+    gradients averaged as DDP does) for the loss types whose normaliser is global or per-sequence."""
+    batch = make_batch(31, num_iterations=3)
+    cfg = make_config(loss_type, 0.04)
+    mask = np.asarray(gl.loss_mask(batch["completion_mask"], tool_mask_BxT=batch["tool_mask"]))
+    adv = np.asarray(gl.group_advantages(batch["rewards"], num_generations=G)[0])
+
+    def f(logps):
+        return gl.grpo_loss(logps, old_logps_BxT=jnp.asarray(batch["old"]), ref_logps_BxT=jnp.asarray(batch["ref"]),
+                            advantages_B=adv, mask_BxT=mask, config=cfg)
+
+    (loss, _), grads = jax.value_and_grad(f, has_aux=True)(jnp.asarray(batch["logps"]))
+    losses, grad_parts = [], []
+    for rows in np.split(np.arange(B), 2):
+        part = {k: (v[rows] if isinstance(v, np.ndarray) and v.shape[:1] == (B,) else v) for k, v in batch.items()}
+        part_loss, part_grad, _ = trl_compute_loss(
+            part, cfg=cfg, num_iterations=3, mask_parts=(batch["completion_mask"][rows], batch["tool_mask"][rows]),
+            advantages=adv[rows], num_items=float(mask.sum()), ga=1, spg=1, num_processes=2)
+        losses.append(part_loss)
+        grad_parts.append(part_grad)
+    np.testing.assert_allclose(float(loss), np.mean(losses), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads), np.concatenate(grad_parts) / 2, rtol=1e-5, atol=1e-7)
