@@ -200,6 +200,7 @@ class VerifierPool:
         self._latency_s: collections.deque = collections.deque(maxlen=20000)
         self._pids: dict[int, int] = {}
         self._closed = False
+        self._spawn_error = ""
         self._next_id = 0
         self._threads = []
         started = threading.Barrier(self.config.workers + 1)
@@ -297,8 +298,12 @@ class VerifierPool:
                 future, request, (deadline_s, memory_mb), submitted = item
                 if not future.set_running_or_notify_cancel():
                     continue
-                if not worker.alive():
+                if worker is None or not worker.alive():
                     worker = self._replace(index, worker, "restarts")
+                    if worker is None:  # could not start one: fail this call, try again on the next
+                        self._count_failure()
+                        future.set_result(CallResult("crash", error=f"{request['target']}: {self._spawn_error}"))
+                        continue
                 begin = time.perf_counter()
                 reply = worker.call(request, deadline_s=deadline_s, memory_mb=memory_mb)
                 elapsed = time.perf_counter() - begin
@@ -314,14 +319,26 @@ class VerifierPool:
         finally:
             if worker is not None:
                 worker.retire()
-                with self._lock:
-                    self._pids.pop(index, None)
+            with self._lock:
+                self._pids.pop(index, None)
 
-    def _replace(self, index: int, worker: _Worker, counter: str, graceful: bool = False) -> _Worker:
-        worker.retire() if graceful else worker.kill()
+    def _replace(self, index: int, worker: _Worker | None, counter: str, graceful: bool = False) -> _Worker | None:
+        """A fresh worker in slot `index`, or None when one cannot be started (reason in _spawn_error)."""
+        if worker is not None:
+            worker.retire() if graceful else worker.kill()
         with self._lock:
             self._counts[counter] += 1
-        return self._spawn(index)
+            self._pids.pop(index, None)
+        try:
+            return self._spawn(index)
+        except Exception as err:  # noqa: BLE001 - e.g. fork failing under memory pressure
+            self._spawn_error = f"could not start a verifier worker: {err}"
+            return None
+
+    def _count_failure(self) -> None:
+        with self._lock:
+            self._counts["calls"] += 1
+            self._counts["crashes"] += 1
 
     def _to_result(self, reply, worker: _Worker, request: dict, deadline_s: float, memory_mb: int,
                    *, elapsed: float, queued: float) -> CallResult:

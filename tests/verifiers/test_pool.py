@@ -62,7 +62,8 @@ def test_hostile_tasks_fail_alone_within_deadline_and_leave_no_process(pool, tas
     elapsed = time.monotonic() - start
     assert result.outcome == outcome, result
     assert elapsed < pool.config.deadline_s + 1.0, elapsed
-    _wait_until(lambda: result.worker_pid not in pool.worker_pids())  # replacement registered
+    _wait_until(lambda: result.worker_pid not in pool.worker_pids()  # replacement registered
+                and len(pool.worker_pids()) == pool.config.workers)
     after = descendant_pids()
     assert result.worker_pid not in after
     assert not (after - before - set(pool.worker_pids())), "a process was left behind"
@@ -132,3 +133,18 @@ def test_close_leaves_no_worker():
     assert descendant_pids() <= before
     with pytest.raises(RuntimeError, match="closed"):
         p.submit(PROBE + "echo", 1)
+
+
+def test_a_worker_that_cannot_be_restarted_fails_calls_cleanly(monkeypatch):
+    from reasoner.verifiers import pool as pool_module
+
+    with VerifierPool(workers=1, deadline_s=2.0) as p:
+        real_worker = pool_module._Worker
+        monkeypatch.setattr(pool_module, "_Worker", lambda config: (_ for _ in ()).throw(OSError("fork failed")))
+        crashed = p.submit(PROBE + "segfault").result()
+        failed = p.submit(PROBE + "echo", 1).result()
+        assert crashed.outcome == "crash"
+        assert failed.outcome == "crash" and "could not start a verifier worker: fork failed" in failed.error
+        monkeypatch.setattr(pool_module, "_Worker", real_worker)
+        assert p.submit(PROBE + "echo", 2).result().value == 2  # recovers once workers start again
+        assert p.stats()["crashes"] == 2
