@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import resource
 import select
 import shutil
@@ -204,3 +205,21 @@ def run_transform_tests(code: str, tests: list[tuple[object, object]], *, entry:
     isolation = ("netns+pidns" + ("+nobody" if drop else "")) if use_namespace else "audit-hook"
     return SandboxReport(passed_all=bool(outcomes) and all(o.passed for o in outcomes),
                          tests=tuple(outcomes), isolation=isolation)
+
+
+_ANSWER_SPAN = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL)
+_FENCE = re.compile(r"^\s*```[\w+-]*\s*\n(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
+def extract_answer_code(text: str) -> str:
+    """The code of a CEDAR-style answer: the last `<answer>...</answer>` span (the whole text when
+    there is none), with an optional Markdown fence (```python ... ```) removed."""
+    spans = _ANSWER_SPAN.findall(text)
+    code = spans[-1] if spans else text
+    fenced = _FENCE.match(code)
+    return (fenced.group(1) if fenced else code).strip("\n")
+
+
+def verify_transform_answer(answer_text: str, tests: list[tuple[object, object]], **kwargs) -> SandboxReport:
+    """CEDAR's Crypto / ListFunction verifier: extract the code, then `run_transform_tests`."""
+    return run_transform_tests(extract_answer_code(answer_text), tests, **kwargs)

@@ -123,3 +123,16 @@ def test_hostile_payloads_through_the_pool(name, network, listening_port):
         assert "timeout" in report.tests[0].error
     if name == "socket":
         assert "Network is unreachable" in report.tests[0].error or "network access" in report.tests[0].error
+
+
+@pytest.mark.parametrize("answer", [
+    "<think>shift by one</think>\n<answer>\ndef transform(s):\n    return ''.join(chr(ord(c) + 1) for c in s)\n</answer>",
+    "<answer>\n```python\ndef transform(s):\n    return ''.join(chr(ord(c) + 1) for c in s)\n```\n</answer>",
+    "def transform(s):\n    return ''.join(chr(ord(c) + 1) for c in s)",
+])
+def test_cedar_answer_extraction_and_verification(answer):
+    from reasoner.verifiers.sandbox import extract_answer_code, verify_transform_answer
+
+    assert extract_answer_code(answer).startswith("def transform(s):")
+    report = verify_transform_answer(answer, [("abc", "bcd"), ("HAL", "IBM")], limits=LIMITS)
+    assert report.passed_all and report.pass_count == 2
