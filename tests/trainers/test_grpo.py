@@ -1,0 +1,247 @@
+"""The GRPO trainer's wiring: loss, advantages and KL of the jitted step against TRL's formulas in NumPy
+(`test_grpo_loss.np_trl_loss`, with log-probs from an independent unpadded forward), masking of truncated rows and
+tool responses, sharded == unsharded, configs, and bad rewards. Runs use a random 1-layer model over a word-level
+vocabulary (tests/trainers/traces.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import traces
+from test_grpo_loss import np_advantages, np_trl_loss
+from trainers import grpo
+from trainers import grpo_loss as gl
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
+WORDS = "yes no maybe apple banana cherry dog cat red blue green one two three say something".split()
+G = 4
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    return traces.word_tokenizer(tmp_path_factory.mktemp("grpo_tok"), texts=[" ".join(WORDS)])
+
+
+def tiny(tok_dir, *extra, file="grpo_astar.py"):
+    from reasoner.config import load_config
+
+    return load_config(f"{CONFIGS / file}:tiny", [
+        f"--config.model.tokenizer={tok_dir}", "--config.model.random.vocab_size=32",
+        "--config.model.random.num_layers=1", "--config.model.random.hidden_size=32",
+        "--config.model.random.intermediate_size=64", "--config.data.task=chat", *extra])
+
+
+def one_device_mesh():
+    from reasoner.sharding import make_mesh
+
+    return make_mesh("fsdp=1", devices=jax.devices()[:1])
+
+
+def fixed_rollout(*, truncated=(3,), seed=0, budget=12):
+    """2 prompts of different lengths x G completions, a tool span in rows 1 and 6, drifted old log-probs."""
+    rng = np.random.default_rng(seed)
+    prompts = [[2, 5, 9, 11, 3], [2, 7, 8, 3]]
+    comps, tool, old = [], [], []
+    for b in range(2 * G):
+        n = int(rng.integers(3, budget + 1))
+        comps.append(rng.integers(4, 20, size=n).astype(np.int32))
+        m = np.ones(n, np.float32)
+        if b in (1, 6):
+            m[1:3] = 0.0
+        tool.append(m)
+        old.append((-rng.uniform(0.5, 4.0, size=n)).astype(np.float32))
+    trunc = np.zeros(2 * G, bool)
+    trunc[list(truncated)] = True
+    return grpo.Rollout(prompt_ids=[prompts[b // G] for b in range(2 * G)], completion_ids=comps, tool_mask=tool,
+                        old_logps=old, truncated=trunc, completions=[[] for _ in comps], examples=[{}] * len(comps))
+
+
+def independent_logps(model, rollout, *, temperature):
+    """Completion-token log-probs from a right-padded forward from position 0 (no left padding, no segment ids,
+    no slicing of hidden states), log-softmax in float64 NumPy."""
+    seqs = [list(p) + list(c) for p, c in zip(rollout.prompt_ids, rollout.completion_ids)]
+    L = max(len(s) for s in seqs)
+    ids = np.zeros((len(seqs), L), np.int32)
+    for b, s in enumerate(seqs):
+        ids[b, :len(s)] = s
+    graphdef, state = nnx.split(model)
+    logits = _forward(graphdef, state, ids)
+    z = np.asarray(logits, np.float64) / temperature
+    z = z - z.max(-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    return [np.array([logp[b, len(p) - 1 + j, t] for j, t in enumerate(c)])
+            for b, (p, c) in enumerate(zip(rollout.prompt_ids, rollout.completion_ids))]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(graphdef, state, ids):
+    positions = jnp.broadcast_to(jnp.arange(ids.shape[1])[None], ids.shape)
+    return nnx.merge(graphdef, state)(ids, positions_BxT=positions)[0]
+
+
+def padded(rows, width):
+    out = np.zeros((len(rows), width))
+    for b, r in enumerate(rows):
+        out[b, :len(r)] = r
+    return out
+
+
+@pytest.mark.parametrize("loss_type", gl.LOSS_TYPES)
+def test_step_loss_advantages_and_kl_match_numpy_trl(tok_dir, loss_type):
+    budget, A = 12, 2
+    cfg = tiny(tok_dir, f"--config.grpo.loss_type={loss_type}", "--config.grpo.beta=0.04",
+               "--config.grpo.num_iterations=2", f"--config.grpo.grad_accum={A}", "--config.grpo.mask_truncated=True",
+               f"--config.grpo.max_new_tokens={budget}", "--config.grpo.epsilon_high=0.28",
+               "--config.grpo.temperature=0.7")
+    parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
+    # A reference that differs from the policy, so the KL term is not trivially 0.
+    parts["ref"] = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.key(1), x.shape), parts["ref"])
+    r = fixed_rollout()
+    rewards = np.array([1.0, 0.0, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25], np.float32)  # second group all equal
+    adv, stats = grpo.advantages(rewards, num_generations=G, scale_rewards="group")
+    np.testing.assert_allclose(adv, np_advantages(rewards, num_generations=G, scale_rewards="group"), atol=1e-6)
+    assert np.all(adv[4:] == 0.0) and stats["frac_reward_zero_std"] == 0.5
+
+    host = grpo.pack(r, adv, prompt_len=8, budget=budget, grad_accum=A, pad_id=0, mask_truncated=True)
+    from reasoner.data.pipeline import to_global_batch
+
+    no_ref = {k: v for k, v in host.items() if k not in ("advantages", "truncated")}
+    ref_logps = grpo.reference_fn(parts, prompt_len=8)(parts["ref"], parts["rest"], to_global_batch(no_ref,
+                                                                                                 parts["mesh"]))
+    policy = nnx.merge(parts["graphdef"], parts["state"].params, parts["rest"])
+    reference = nnx.merge(parts["graphdef"], parts["ref"], parts["rest"])
+    logps = padded(independent_logps(policy, r, temperature=0.7), budget)
+    ref = padded(independent_logps(reference, r, temperature=0.7), budget)
+    in_completion = host["completion_mask"].reshape(-1, budget) > 0
+    np.testing.assert_allclose(np.asarray(ref_logps).reshape(-1, budget)[in_completion], ref[in_completion], atol=2e-5)
+
+    mask = host["loss_mask"].reshape(-1, budget)
+    expected_mask = padded([m * (0.0 if t else 1.0) for m, t in zip(r.tool_mask, r.truncated)], budget)
+    np.testing.assert_array_equal(mask, expected_mask)
+    old = host["old_logps"].reshape(-1, budget)
+    num_items = float(mask.sum())
+    loss_cfg = parts["loss_cfg"]
+    want_loss, want_kl = 0.0, 0.0
+    for a in range(A):
+        rows = slice(a * (2 * G // A), (a + 1) * (2 * G // A))
+        lo, m = np_trl_loss(logps[rows], old[rows], ref[rows], adv[rows], mask[rows], cfg=loss_cfg,
+                            num_items=num_items, ga=A, spg=A)
+        want_loss += lo
+        want_kl += m["kl"] / A
+
+    batch = to_global_batch(host, parts["mesh"])
+    batch["ref_logps"] = ref_logps
+    state, metrics = grpo.step_fn(parts, prompt_len=8)(parts["state"], parts["rest"], batch)
+    np.testing.assert_allclose(float(metrics["loss"]), want_loss, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float(metrics["kl"]), want_kl, rtol=1e-5, atol=1e-7)
+    assert float(metrics["denom"]) == num_items and int(state.step) == 1
+
+
+def test_all_truncated_batch_with_masking_has_zero_loss_and_no_update(tok_dir):
+    cfg = tiny(tok_dir, "--config.grpo.mask_truncated=True", "--config.grpo.beta=0.04",
+               "--config.grpo.max_new_tokens=12")
+    parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
+    r = fixed_rollout(truncated=range(2 * G))
+    adv, _ = grpo.advantages(np.arange(2 * G, dtype=np.float32), num_generations=G, scale_rewards="group")
+    host = grpo.pack(r, adv, prompt_len=8, budget=12, grad_accum=1, pad_id=0, mask_truncated=True)
+    from reasoner.data.pipeline import to_global_batch
+
+    before = jax.tree.map(np.asarray, parts["state"].params)
+    batch = to_global_batch(host, parts["mesh"])
+    batch["ref_logps"] = jnp.zeros_like(batch["old_logps"])
+    state, metrics = grpo.step_fn(parts, prompt_len=8)(parts["state"], parts["rest"], batch)
+    assert float(metrics["loss"]) == 0.0 and float(metrics["grad_norm"]) == 0.0 and float(metrics["skipped"]) == 0
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, state.params), before)
+
+
+def test_sharded_step_equals_unsharded(tok_dir):
+    from reasoner.data.pipeline import to_global_batch
+    from reasoner.sharding import make_mesh
+
+    cfg = tiny(tok_dir, "--config.grpo.beta=0.04", "--config.grpo.max_new_tokens=12", "--config.grpo.loss_type=grpo",
+               "--config.model.random.num_kv_heads=4", "--config.model.random.num_heads=8",
+               "--config.model.random.head_dim=8")
+    r = fixed_rollout(truncated=())
+    adv, _ = grpo.advantages(np.linspace(0, 1, 2 * G).astype(np.float32), num_generations=G, scale_rewards="group")
+    host = grpo.pack(r, adv, prompt_len=8, budget=12, grad_accum=1, pad_id=0, mask_truncated=False)
+    host["old_logps"] = np.zeros_like(host["old_logps"])
+    results = []
+    for mesh in (one_device_mesh(), make_mesh("fsdp=8")):
+        parts = grpo.build_grpo(cfg, mesh=mesh)
+        batch = to_global_batch(host, mesh)
+        no_ref = {k: v for k, v in host.items() if k not in ("advantages", "truncated")}
+        batch["ref_logps"] = grpo.reference_fn(parts, prompt_len=8)(
+            jax.tree.map(lambda x: x * 1.01, parts["ref"]), parts["rest"], to_global_batch(no_ref, mesh))
+        state, metrics = grpo.step_fn(parts, prompt_len=8)(parts["state"], parts["rest"], batch)
+        results.append((jax.tree.map(np.asarray, state.params), {k: float(v) for k, v in metrics.items()}))
+    (p1, m1), (p8, m8) = results
+    for key in ("loss", "kl", "grad_norm"):
+        np.testing.assert_allclose(m8[key], m1[key], rtol=1e-5, atol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), p8, p1)
+
+
+def test_multi_turn_rollout_masks_tool_response_tokens(tok_dir):
+    cfg = tiny(tok_dir, "--config.grpo.max_new_tokens=6", "--config.grpo.max_completion_tokens=24",
+               "--config.grpo.max_turns=3")
+    parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
+    from reasoner.sampling import SamplingParams
+    from reasoner.tokenization import encode
+
+    calls = []
+
+    def tool(text, example):  # answers every turn that did not end the row
+        calls.append(text)
+        return " apple banana"
+
+    tok = parts["tokenizer"]
+    prompts = [encode(tok, "say something"), encode(tok, "one two three")]
+    # Stop on frequent words so that turns end by "stop" and the tool is called.
+    sampling = SamplingParams(max_new_tokens=6, temperature=1.0, n=G, seed=3, stop=("yes", "no", "dog", "cat"))
+    r = grpo.rollout(parts["sampler"], prompt_ids=prompts, examples=[{}, {}], sampling=sampling, budget=24,
+                     tool=tool, max_turns=3, tool_reserve=8)
+    response = encode(tok, " apple banana")
+    assert calls, "no turn ended on a stop string; pick other stop words"
+    tool_tokens = 0
+    for ids, m, lp, msgs in zip(r.completion_ids, r.tool_mask, r.old_logps, r.completions):
+        assert len(ids) == len(m) == len(lp) <= 24
+        zeros = np.flatnonzero(m == 0)
+        tool_tokens += len(zeros)
+        for start in zeros[:: len(response)]:  # every masked span is exactly the tool's tokens
+            np.testing.assert_array_equal(ids[start:start + len(response)], response)
+        assert np.all(lp[zeros] == 0.0)
+        assert sum(x["role"] == "tool" for x in msgs) * len(response) == len(zeros)
+    assert tool_tokens == len(calls) * len(response) or tool_tokens < len(calls) * len(response)
+    host = grpo.pack(r, np.ones(2 * G, np.float32), prompt_len=64, budget=24, grad_accum=1, pad_id=0,
+                     mask_truncated=False)
+    assert host["loss_mask"].sum() == sum(float(m.sum()) for m in r.tool_mask)
+
+
+def test_configs_carry_the_paper_settings():
+    from reasoner.config import load_config
+
+    astar = load_config(f"{CONFIGS / 'grpo_astar.py'}:astar_true")
+    assert (astar.grpo.beta, astar.optim.lr, astar.grpo.num_generations) == (0.04, 1e-6, 16)
+    assert (astar.optim.b1, astar.optim.b2) == (0.9, 0.999) and astar.rewards[0]["options"]["reward"] == "astar_true"
+    cedar = load_config(f"{CONFIGS / 'grpo_cedar.py'}:paper")
+    g = cedar.grpo
+    assert (g.num_generations, g.beta, g.epsilon_low, g.epsilon_high, g.temperature) == (4, 0.01, 0.2, 0.2, 0.7)
+    assert (cedar.optim.lr, cedar.optim.max_grad_norm, cedar.lora.rank, cedar.lora.alpha) == (1e-5, 0.1, 64, 64.0)
+    for file, variants in (("grpo_astar.py", [None, "smollm2", "llama1b", "llama3b", "proofwriter", "correctness",
+                                              "step_count", "astar_dependency", "astar_true", "tiny"]),
+                           ("grpo_cedar.py", [None, "smollm2", "paper", "tiny"])):
+        for v in variants:
+            c = load_config(f"{CONFIGS / file}" + (f":{v}" if v else ""))
+            grpo.check_config(c)
+    with pytest.raises(ValueError, match="grad_accum"):
+        grpo.check_config(load_config(f"{CONFIGS / 'grpo_astar.py'}:tiny", ["--config.grpo.grad_accum=3"]))
+    with pytest.raises(ValueError, match="top_p"):
+        grpo.check_config(load_config(f"{CONFIGS / 'grpo_astar.py'}:tiny", ["--config.grpo.num_iterations=2",
+                                                                           "--config.grpo.top_p=0.9"]))
