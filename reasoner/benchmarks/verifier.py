@@ -5,9 +5,12 @@ integer puzzles; all sat/unsat known) is run
   * serially and in-process with `run_script` (the bare baseline: no pool, no IPC), and
   * through a `Z3Runner` with `--workers` processes (default 2, the cores of the target host).
 Reported, medians over `--repeats` runs: scripts per second both ways and their ratio (`speedup`),
-and the p95 (and p50) over the 8 distinct scripts of (pool latency at concurrency 1 - bare in-process
-time; median of 3 interleaved samples), in ms: what the pool costs one call (pipes, pickling, thread
-hand-offs, process wake-ups). Timings are wall clock, so a host
+and, over the distinct scripts of the mix, the p95 (and p50) of the median of paired differences
+(pool latency at concurrency 1 - bare in-process time; copies x repeats back-to-back samples per
+script), in ms: what the pool costs one call (pipes, pickling, thread hand-offs, process wake-ups).
+`p95_overhead_min_ms` uses min(pool) - min(bare) per script instead, the timeit-style estimate that
+discounts samples slowed down by other processes. `ipc_roundtrip_*` time 200 calls of a no-op task
+(the pool's own cost with no solver work at all). Timings are wall clock, so a host
 shared with other jobs lowers `speedup` (the second worker has no free core) without any change here.
 """
 
@@ -64,24 +67,27 @@ def script_mix(copies: int) -> list[str]:
     return base * copies
 
 
-def _overhead_ms(runner, run_script, script: str, samples: int = 3) -> float:
-    """Median over interleaved samples of (pool call at concurrency 1 - bare call), in ms."""
-    deltas = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        run_script(script)
-        t1 = time.perf_counter()
-        runner.solve(script)
-        t2 = time.perf_counter()
-        deltas.append(((t2 - t1) - (t1 - t0)) * 1e3)
-    return statistics.median(deltas)
+def _timed_pair(runner, run_script, script: str) -> tuple[float, float]:
+    """(bare in-process seconds, pool seconds at concurrency 1) for one script, back to back."""
+    t0 = time.perf_counter()
+    run_script(script)
+    t1 = time.perf_counter()
+    runner.solve(script)
+    return t1 - t0, time.perf_counter() - t1
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def run(args) -> int:
     from reasoner.verifiers.z3_runner import Z3Runner, run_script
 
     scripts = script_mix(args.copies)
-    serial_rates, pool_rates, overheads_ms, medians_ms = [], [], [], []
+    distinct = len(scripts) // args.copies
+    serial_rates, pool_rates = [], []
+    pairs: dict[int, list[tuple[float, float]]] = {i: [] for i in range(distinct)}
     with Z3Runner(workers=args.workers) as runner:
         runner.solve_batch(scripts[:args.workers * 2])  # warm the workers' z3 import
         for _ in range(args.repeats):
@@ -94,16 +100,28 @@ def run(args) -> int:
             pool_rates.append(len(scripts) / (time.perf_counter() - start))
             assert [r.sat_result for r in pooled] == [r.sat_result for r in bare], "pool and bare disagree"
 
-            deltas = sorted(_overhead_ms(runner, run_script, s) for s in scripts[:len(scripts) // args.copies])
-            overheads_ms.append(deltas[min(len(deltas) - 1, int(0.95 * len(deltas)))])
-            medians_ms.append(statistics.median(deltas))
+            for index, script in enumerate(scripts):
+                pairs[index % distinct].append(_timed_pair(runner, run_script, script))
+        roundtrips = []
+        for _ in range(200):
+            t0 = time.perf_counter()
+            runner.pool.submit("reasoner.verifiers.probe_tasks:echo", "(check-sat)").result()
+            roundtrips.append((time.perf_counter() - t0) * 1e3)
         stats = runner.pool.stats()
+    # Per distinct script: median of the paired differences, and the timeit-style min(pool) - min(bare),
+    # which estimates the pool's own cost when other jobs steal the CPU during some samples.
+    median_ms = [1e3 * statistics.median(p - b for b, p in samples) for samples in pairs.values()]
+    min_ms = [1e3 * (min(p for _, p in samples) - min(b for b, _ in samples)) for samples in pairs.values()]
     serial, pooled_rate = statistics.median(serial_rates), statistics.median(pool_rates)
     report = {"scripts": len(scripts), "workers": args.workers, "cpus": os.cpu_count(),
               "serial_per_s": round(serial, 3), "pool_per_s": round(pooled_rate, 3),
               "speedup": round(pooled_rate / serial, 3),
-              "p95_overhead_ms": round(statistics.median(overheads_ms), 3),
-              "p50_overhead_ms": round(statistics.median(medians_ms), 3),
+              "p95_overhead_ms": round(_percentile(median_ms, 0.95), 3),
+              "p50_overhead_ms": round(_percentile(median_ms, 0.5), 3),
+              "p95_overhead_min_ms": round(_percentile(min_ms, 0.95), 3),
+              "overhead_samples_per_script": args.copies * args.repeats,
+              "ipc_roundtrip_p50_ms": round(_percentile(roundtrips, 0.5), 3),
+              "ipc_roundtrip_p95_ms": round(_percentile(roundtrips, 0.95), 3),
               "repeats": args.repeats, "load_avg_1m": round(os.getloadavg()[0], 2),
               "pool_stats": stats}
     print(json.dumps(report) if args.json else json.dumps(report, indent=2))

@@ -28,5 +28,5 @@ def test_smt_check_missing_file(capsys, tmp_path):
 def test_bench_verifier_reports_the_fields(capsys):
     assert main(["bench", "verifier", "--json", "--repeats", "1", "--copies", "1"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert {"scripts", "serial_per_s", "pool_per_s", "speedup", "p95_overhead_ms"} <= set(report)
+    assert {"scripts", "serial_per_s", "pool_per_s", "speedup", "p95_overhead_ms", "ipc_roundtrip_p95_ms"} <= set(report)
     assert report["scripts"] == 8 and report["pool_stats"]["ok"] == report["pool_stats"]["calls"]
