@@ -136,3 +136,17 @@ def test_cedar_answer_extraction_and_verification(answer):
     assert extract_answer_code(answer).startswith("def transform(s):")
     report = verify_transform_answer(answer, [("abc", "bcd"), ("HAL", "IBM")], limits=LIMITS)
     assert report.passed_all and report.pass_count == 2
+
+
+def test_file_size_and_cpu_limits(network):
+    big_file = "def transform(x):\n    open('big.bin', 'wb').write(b'0' * (20 * 1024 * 1024))\n    return x\n"
+    report = run_transform_tests(big_file, [(1, 1)], limits=SandboxLimits(timeout_s=3.0, max_file_mb=8),
+                                 network=network)
+    assert "File too large" in report.tests[0].error
+    small_file = big_file.replace("20 * 1024 * 1024", "1024")
+    assert run_transform_tests(small_file, [(1, 1)], limits=LIMITS, network=network).passed_all
+    start = time.monotonic()
+    spin = run_transform_tests("def transform(x):\n    while True:\n        pass\n", [(1, 1)], limits=LIMITS,
+                               network=network)
+    assert spin.tests[0].error.startswith("timeout") or "exit status" in spin.tests[0].error
+    assert time.monotonic() - start < LIMITS.timeout_s + 1.0
