@@ -25,6 +25,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import os
+import pickle
 import queue
 import select
 import signal
@@ -158,10 +159,10 @@ class _Worker:
             if memory_limit is not None and resident_bytes(self.proc.pid) > memory_limit:
                 return "memory"
 
-    def call(self, request: dict, *, deadline_s: float, memory_mb: int):
+    def call(self, request: bytes, *, deadline_s: float, memory_mb: int):
         self.tasks_done += 1
         try:
-            wire.write_frame(self.proc.stdin, request)
+            wire.write_bytes(self.proc.stdin, request)
         except (BrokenPipeError, OSError):
             return "crash"
         limit = self.idle_rss + memory_mb * 1024 * 1024
@@ -232,8 +233,12 @@ class VerifierPool:
             self._next_id += 1
             call_id = self._next_id
         request = {"id": call_id, "target": target, "args": args, "kwargs": dict(task_kwargs or {})}
+        try:  # pickled here so that a bad argument fails in the caller, not in a pool thread
+            payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as err:
+            raise TypeError(f"arguments of {target} must be picklable: {err}") from err
         limits = (deadline_s or self.config.deadline_s, memory_mb or self.config.memory_mb)
-        self._queue.put((future, request, limits, time.perf_counter()), block=block, timeout=timeout)
+        self._queue.put((future, (target, payload), limits, time.perf_counter()), block=block, timeout=timeout)
         return future
 
     def submit_batch(self, target: str, batch_args: list[tuple], **limits) -> list[concurrent.futures.Future]:
@@ -295,19 +300,19 @@ class VerifierPool:
                 item = self._queue.get()
                 if item is None:
                     return
-                future, request, (deadline_s, memory_mb), submitted = item
+                future, (target, payload), (deadline_s, memory_mb), submitted = item
                 if not future.set_running_or_notify_cancel():
                     continue
                 if worker is None or not worker.alive():
                     worker = self._replace(index, worker, "restarts")
                     if worker is None:  # could not start one: fail this call, try again on the next
                         self._count_failure()
-                        future.set_result(CallResult("crash", error=f"{request['target']}: {self._spawn_error}"))
+                        future.set_result(CallResult("crash", error=f"{target}: {self._spawn_error}"))
                         continue
                 begin = time.perf_counter()
-                reply = worker.call(request, deadline_s=deadline_s, memory_mb=memory_mb)
+                reply = worker.call(payload, deadline_s=deadline_s, memory_mb=memory_mb)
                 elapsed = time.perf_counter() - begin
-                result = self._to_result(reply, worker, request, deadline_s, memory_mb,
+                result = self._to_result(reply, worker, target, deadline_s, memory_mb,
                                          elapsed=elapsed, queued=begin - submitted)
                 if result.outcome in ("timeout", "memory", "crash"):
                     worker.kill()  # before answering, so the caller never sees a straggler
@@ -340,9 +345,8 @@ class VerifierPool:
             self._counts["calls"] += 1
             self._counts["crashes"] += 1
 
-    def _to_result(self, reply, worker: _Worker, request: dict, deadline_s: float, memory_mb: int,
+    def _to_result(self, reply, worker: _Worker, target: str, deadline_s: float, memory_mb: int,
                    *, elapsed: float, queued: float) -> CallResult:
-        target = request["target"]
         if reply == "timeout":
             outcome, error = "timeout", f"{target}: no result within the {deadline_s:g} s deadline"
         elif reply == "memory":

@@ -46,7 +46,11 @@ def _read_exactly(stream, size: int) -> bytes | None:
 
 
 def write_frame(stream, obj: object) -> None:
-    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    write_bytes(stream, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def write_bytes(stream, body: bytes) -> None:
+    """One frame whose pickled body the caller already produced."""
     stream.write(_HEADER.pack(len(body)) + body)
     stream.flush()
 
@@ -80,8 +84,8 @@ def serve(address_space_mb: int) -> int:
         try:
             value = resolve(request["target"])(*request.get("args", ()), **request.get("kwargs", {}))
             reply = {"id": request["id"], "ok": True, "value": value}
-        except MemoryError:
-            reply = {"id": request["id"], "ok": False, "error": "MemoryError", "kind": "memory"}
+        except MemoryError as err:
+            reply = {"id": request["id"], "ok": False, "error": f"MemoryError: {err}", "kind": "memory"}
         except BaseException as err:  # noqa: BLE001 - a task's failure is reported, never kills the worker
             text = "".join(traceback.format_exception_only(type(err), err)).strip()
             reply = {"id": request["id"], "ok": False, "error": text, "kind": "error",

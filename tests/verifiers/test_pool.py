@@ -148,3 +148,11 @@ def test_a_worker_that_cannot_be_restarted_fails_calls_cleanly(monkeypatch):
         monkeypatch.setattr(pool_module, "_Worker", real_worker)
         assert p.submit(PROBE + "echo", 2).result().value == 2  # recovers once workers start again
         assert p.stats()["crashes"] == 2
+
+
+def test_bad_pool_inputs_are_named(pool):
+    with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
+        VerifierPool(workers=0)
+    with pytest.raises(TypeError, match="arguments of reasoner.verifiers.probe_tasks:echo must be picklable"):
+        pool.submit(PROBE + "echo", lambda: None)
+    assert pool.submit(PROBE + "echo", 3).result().value == 3  # the pool is unaffected
