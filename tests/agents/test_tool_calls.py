@@ -46,3 +46,18 @@ def test_several_calls_in_order():
                                    "<tool_call>not json at all</tool_call>", ""])
 def test_no_call(reply):
     assert parse_tool_calls(reply) == []
+
+
+def test_parser_never_raises_on_arbitrary_text():
+    from hypothesis import given, settings, strategies as st
+
+    alphabet = st.sampled_from(list('<>{}()[]"\',:=\n \\') + ["<tool_call>", "</tool_call>", "z3_solve", "finish",
+                                                              '"name"', '"arguments"', "<function=", "<parameter="])
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(alphabet, max_size=40).map("".join))
+    def check(text):
+        for call in parse_tool_calls(text):
+            assert isinstance(call.name, str) and isinstance(call.arguments, dict)
+
+    check()

@@ -86,3 +86,18 @@ def test_js_divergence_matches_numpy_and_bounds():
                         numpy_jsd({"x": 1, "y": 1}, {"x": 1}))
     with pytest.raises(ValueError, match="non-empty"):
         smtlib.js_divergence(collections.Counter(), a)
+
+
+def test_parser_raises_only_smt_parse_errors():
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet=list('()";| \nab:#x01.'), max_size=40))
+    def check(text):
+        try:
+            smtlib.parse(text)
+            smtlib.is_trivial(text)
+        except smtlib.SmtParseError:
+            pass
+
+    check()
