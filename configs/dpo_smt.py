@@ -23,7 +23,8 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
             family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
             num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)),
     ))
-    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0))
+    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0,
+                                            seed=0))
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/smt_pairs", name="", tfds_dir="", seq_len=1024, overflow="drop"))
     c.dpo = ml_collections.ConfigDict(dict(

@@ -26,7 +26,9 @@ def base_config() -> ml_collections.ConfigDict:
             family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
             num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)),
     ))
-    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0))  # rank 0 = full fine-tuning
+    # rank 0 = full fine-tuning; rank > 0 trains only adapters on the projections matching `pattern`
+    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0,
+                                            seed=0))
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/astar_traces", name="", tfds_dir="",
         seq_len=1024, overflow="truncate", packing=True))

@@ -49,6 +49,30 @@ def build_model(model_cfg, *, mesh: Mesh):
     return nnx.merge(graphdef, state)
 
 
+def add_lora(model, lora_cfg) -> bool:
+    """Adds LoRA adapters when `lora.rank > 0` (returns whether it did). Only the adapters are then trained;
+    adapter dropout needs an RNG carried through the step, which these trainers do not do, so it must be 0."""
+    if not lora_cfg.rank:
+        return False
+    if lora_cfg.get("dropout", 0.0):
+        raise ValueError(f"lora.dropout={lora_cfg.dropout}: the SFT/DPO trainers support only 0 (no adapter dropout)")
+    from reasoner.models.lora import apply_lora
+
+    apply_lora(model, pattern=lora_cfg.pattern, rank=int(lora_cfg.rank), alpha=float(lora_cfg.alpha), dropout=0.0,
+               rngs=nnx.Rngs(int(lora_cfg.get("seed", 0))))
+    return True
+
+
+def merged_for_export(graphdef, params, frozen):
+    """The model with `params`; LoRA adapters (if any) folded into the base kernels, ready for export."""
+    from reasoner.models.lora import merge_lora
+
+    model = nnx.merge(graphdef, params, frozen)
+    if any(isinstance(v, nnx.LoRAParam) for _, v in nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))):
+        merge_lora(model)
+    return model
+
+
 def load_tokenizer_for(model_cfg):
     """The tokenizer of `model.tokenizer` (or the model itself); preset names resolve to their files first."""
     from reasoner.models.presets import resolve

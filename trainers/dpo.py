@@ -149,15 +149,20 @@ def build_dpo(config, *, workdir, tokenizer=None, splits=None, devices=None) -> 
 
     # ---- model (the policy starts from the reference weights unless dpo.ref_model names another)
     model = common.build_model(config.model, mesh=mesh)
-    graphdef, params, rest, trainable_state, rest_state = common.split_trainable(model, lora=False)
+    lora = common.add_lora(model, config.lora)
+    graphdef, params, rest, trainable_state, rest_state = common.split_trainable(model, lora=lora)
     params_sh = common.pure_shardings(trainable_state, mesh)
     rest_sh = common.pure_shardings(rest_state, mesh)
+    if config.dpo.ref_model and lora:
+        raise ValueError("dpo.ref_model with LoRA: the reference is the adapter-free base; leave dpo.ref_model empty")
     if config.dpo.ref_model:
         ref_cfg = config.model.copy_and_resolve_references()
         ref_cfg.name = config.dpo.ref_model
         _, ref_params, _, _, _ = common.split_trainable(common.build_model(ref_cfg, mesh=mesh), lora=False)
     else:
-        ref_params = jax.tree.map(jnp.copy, params)  # a separate buffer: the policy's is donated each step
+        # the starting policy (with LoRA: fresh adapters, B = 0, i.e. exactly the base model); a separate
+        # buffer because the policy's is donated each step
+        ref_params = jax.tree.map(jnp.copy, params)
 
     # ---- reference log-probs
     precomputed = bool(config.dpo.precompute_ref)
@@ -230,10 +235,10 @@ def make_eval_fn(parts: dict, dpo_cfg, *, batch_size: int):
     return eval_fn
 
 
-def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None) -> LoopResult:
+def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None, devices=None) -> LoopResult:
     """Runs (or resumes) DPO in `workdir`; exports the final weights when `export_dir` is set."""
     workdir = pathlib.Path(workdir)
-    parts = build_dpo(config, workdir=workdir, tokenizer=tokenizer, splits=splits)
+    parts = build_dpo(config, workdir=workdir, tokenizer=tokenizer, splits=splits, devices=devices)
     stats = parts["stats"]
     print(f"[dpo] train pairs: {stats.as_dict()}; {parts['iterator'].total_steps} steps", flush=True)
     eval_fn = (make_eval_fn(parts, config.dpo, batch_size=config.train.batch_size)
@@ -251,5 +256,6 @@ def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None
     if config.get("export_dir"):
         from reasoner.models.export import export_hf
 
-        export_hf(nnx.merge(parts["graphdef"], result.state.params, parts["rest"]), str(config.export_dir))
+        export_hf(common.merged_for_export(parts["graphdef"], result.state.params, parts["rest"]),
+                  str(config.export_dir))
     return result

@@ -89,9 +89,7 @@ def run_loop(
             tokens = int(sum(np.count_nonzero(v) for k, v in host_batch.items() if k.endswith("segment_ids")))
             state, metrics = step_fn(state, frozen, batch)
             host = postprocess(_host(metrics))
-            now = time.perf_counter()
-            seconds = max(now - tick, 1e-9)
-            tick = now
+            seconds = max(time.perf_counter() - tick, 1e-9)
             step = iterator.step
             host["tokens_per_s"] = tokens / seconds
             host["step_seconds"] = seconds
@@ -117,6 +115,7 @@ def run_loop(
                                    metrics={best_metric: evals[best_metric]})
             if epoch_end or step % every == 0 or step == iterator.total_steps:
                 ckpt.save(step, state, data_state=iterator.get_state(), meta={**meta, "step": step})
+            tick = time.perf_counter()  # evaluation and checkpoint saves are not step time
     finally:
         bar.close()
         ckpt.wait()

@@ -69,7 +69,8 @@ def build_sft(config, *, workdir, tokenizer=None, splits=None, devices=None) -> 
 
     # ---- model
     model = common.build_model(config.model, mesh=mesh)
-    graphdef, params, frozen, trainable_state, frozen_state = common.split_trainable(model, lora=False)
+    lora = common.add_lora(model, config.lora)
+    graphdef, params, frozen, trainable_state, frozen_state = common.split_trainable(model, lora=lora)
 
     # ---- state
     optimizer, schedule = make_optimizer(config.optim, total_steps=iterator.total_steps)
@@ -116,10 +117,10 @@ def make_eval_fn(parts: dict, *, batch_size: int):
     return eval_fn
 
 
-def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None) -> LoopResult:
+def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None, devices=None) -> LoopResult:
     """Runs (or resumes) SFT in `workdir`; returns the loop result. Exports the best (or last) weights."""
     workdir = pathlib.Path(workdir)
-    parts = build_sft(config, workdir=workdir, tokenizer=tokenizer, splits=splits)
+    parts = build_sft(config, workdir=workdir, tokenizer=tokenizer, splits=splits, devices=devices)
     stats = parts["stats"]
     print(f"[sft] train data: {stats.as_dict()}; {parts['iterator'].total_steps} steps", flush=True)
     eval_fn = make_eval_fn(parts, batch_size=config.train.batch_size) if parts["val_rows"] is not None else None
@@ -148,5 +149,4 @@ def export(parts: dict, result: LoopResult, *, workdir, out_dir) -> str:
         best_state, _, _ = ckpt.restore(result.state, expected_meta=meta, which="best")
         params = best_state.params
     ckpt.close()
-    model = nnx.merge(parts["graphdef"], params, parts["frozen"])
-    return export_hf(model, str(out_dir))
+    return export_hf(common.merged_for_export(parts["graphdef"], params, parts["frozen"]), str(out_dir))

@@ -121,6 +121,8 @@ def build_chat_dataset(jsonl_dir, *, kind: str, data_dir) -> dict[str, DecodedSo
     root = pathlib.Path(jsonl_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"chat JSONL directory {root} does not exist")
+    if not (root / "train.jsonl").is_file():
+        raise FileNotFoundError(f"{root}: expected train.jsonl (and optionally validation.jsonl, test.jsonl)")
     # the data_dir is keyed by the files' fingerprint, so edited files are rebuilt rather than served stale
     data_dir = pathlib.Path(data_dir) / f"chat_jsonl_{_fingerprint(root)}"
     builder = ChatJsonl(config=kind, data_dir=str(data_dir), file_format="array_record")

@@ -1,0 +1,122 @@
+"""The shared update step: accumulation == one big batch, NaN/inf guard, schedules, LoRA-only training."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from conftest import tiny_config
+
+
+def _toy_loss(params, frozen, mb, denom):
+    pred = mb["x"] @ params["w"]
+    return jnp.sum((pred - mb["y"]) ** 2) / denom, {"rows": jnp.asarray(mb["x"].shape[0], jnp.float32)}
+
+
+def _rows(batch):
+    return jnp.asarray(batch["x"].shape[0] * batch["x"].shape[1], jnp.float32)
+
+
+def test_gradient_accumulation_equals_one_global_batch():
+    from trainers.state import create_state
+    from trainers.step import make_train_step
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 3)).astype(np.float32), rng.normal(size=(8, 2)).astype(np.float32)
+    params = {"w": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32)}
+    opt = optax.adamw(1e-2)
+    step = jax.jit(make_train_step(loss_fn=_toy_loss, optimizer=opt, schedule=lambda s: 1e-2, denominator=_rows))
+    one, m1 = step(create_state(params, opt, seed=0), None, {"x": x[None], "y": y[None]})
+    four, m4 = step(create_state(params, opt, seed=0), None, {"x": x.reshape(4, 2, 3), "y": y.reshape(4, 2, 2)})
+    np.testing.assert_allclose(float(m1["loss"]), float(m4["loss"]), rtol=1e-6)
+    np.testing.assert_allclose(float(m1["grad_norm"]), float(m4["grad_norm"]), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(one.params["w"]), np.asarray(four.params["w"]), rtol=1e-5, atol=1e-7)
+    assert float(m4["rows"]) == 8 and int(four.step) == 1
+
+
+def test_nonfinite_loss_skips_the_update_and_stops_after_a_run():
+    from trainers.common import NonFiniteGuard, NonFiniteLossError
+    from trainers.state import create_state
+    from trainers.step import make_train_step
+
+    params = {"w": jnp.ones((3, 2))}
+    opt = optax.adam(1e-1)
+    step = jax.jit(make_train_step(loss_fn=_toy_loss, optimizer=opt, schedule=lambda s: 0.1, denominator=_rows))
+    state = create_state(params, opt, seed=0)
+    bad = {"x": jnp.full((1, 2, 3), jnp.nan), "y": jnp.zeros((1, 2, 2))}
+    new, metrics = step(state, None, bad)
+    assert int(metrics["skipped"]) == 1 and int(new.step) == 1
+    np.testing.assert_array_equal(np.asarray(new.params["w"]), np.ones((3, 2)))
+    assert all(np.isfinite(np.asarray(v)).all() for v in jax.tree.leaves(new.opt_state))
+    good = {"x": jnp.ones((1, 2, 3)), "y": jnp.zeros((1, 2, 2))}
+    after, metrics = step(new, None, good)
+    assert int(metrics["skipped"]) == 0 and not np.allclose(np.asarray(after.params["w"]), 1.0)
+
+    guard = NonFiniteGuard(max_in_a_row=3)
+    for i, skipped in enumerate([True, True, False, True, True]):
+        guard.update(skipped, step=i)
+    with pytest.raises(NonFiniteLossError, match="3 steps in a row"):
+        guard.update(True, step=5)
+    assert guard.total == 5
+
+
+@pytest.mark.parametrize("kind", ["cosine", "constant", "linear"])
+def test_schedules_match_transformers(kind):
+    import ml_collections
+    import torch
+    from transformers import get_cosine_schedule_with_warmup, get_constant_schedule_with_warmup, \
+        get_linear_schedule_with_warmup
+
+    from trainers.optim import make_schedule, warmup_steps
+
+    total, ratio, lr = 40, 0.1, 2e-5
+    cfg = ml_collections.ConfigDict(dict(schedule=kind, lr=lr, warmup_ratio=ratio, min_lr_ratio=0.0))
+    ours = make_schedule(cfg, total_steps=total)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    warm = warmup_steps(warmup_ratio=ratio, total_steps=total)
+    make = {"cosine": lambda: get_cosine_schedule_with_warmup(opt, warm, total),
+            "linear": lambda: get_linear_schedule_with_warmup(opt, warm, total),
+            "constant": lambda: get_constant_schedule_with_warmup(opt, warm)}[kind]
+    sched = make()
+    for s in range(total):
+        assert abs(float(ours(s)) - sched.get_last_lr()[0]) < 1e-12 + 1e-6 * lr, (s, float(ours(s)))
+        opt.step()
+        sched.step()
+    assert warm == math.ceil(ratio * total)
+    with pytest.raises(ValueError, match="optim.schedule='warmup_stable'"):
+        make_schedule(ml_collections.ConfigDict(dict(schedule="warmup_stable", lr=1.0, warmup_ratio=0.0)),
+                      total_steps=10)
+
+
+def test_lora_trains_only_adapters_and_exports_merged(sft_data, tmp_path):
+    from reasoner.data.pipeline import to_global_batch
+    from reasoner.models import load_model
+    from reasoner.models.export import export_hf
+    from trainers import common
+    from trainers.sft import build_sft
+
+    config = tiny_config("sft", sft_data, "--config.lora.rank=4", "--config.lora.alpha=8.0",
+                         f"--config.data.tfds_dir={tmp_path / 'tfds'}")
+    parts = build_sft(config, workdir=tmp_path, devices=jax.devices()[:1])
+    names = {str(k[-1]) for k, _ in nnx.to_flat_state(nnx.State(parts["state"].params))}
+    assert names == {"a", "b"}, names  # the optimizer sees adapters only
+    base_before = jax.tree.map(np.asarray, parts["frozen"])
+    state = parts["state"]
+    for _ in range(2):
+        state, metrics = parts["step"](state, parts["frozen"], to_global_batch(next(parts["iterator"]), parts["mesh"]))
+    assert all(np.array_equal(a, np.asarray(b)) for a, b in
+               zip(jax.tree.leaves(base_before), jax.tree.leaves(parts["frozen"])))
+    assert float(np.abs(np.asarray(state.params["layers"][0]["attn"]["q_proj"]["lora"]["b"])).max()) > 0
+
+    model = nnx.merge(parts["graphdef"], state.params, parts["frozen"])
+    tokens = jnp.asarray(parts["rows"]["tokens"][:2, :48])
+    positions = jnp.broadcast_to(jnp.arange(48), tokens.shape)
+    with_adapters = np.asarray(model(tokens, positions_BxT=positions)[0])
+    out = export_hf(common.merged_for_export(parts["graphdef"], state.params, parts["frozen"]), str(tmp_path / "hf"))
+    reloaded = load_model(out)
+    np.testing.assert_allclose(np.asarray(reloaded(tokens, positions_BxT=positions)[0]), with_adapters,
+                               rtol=1e-4, atol=1e-4)
