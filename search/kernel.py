@@ -20,11 +20,11 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from search.kernel_heuristics import axiom_weight, edge_costs, heuristic_h, inside_weights
+from search.kernel_heuristics import axiom_weight, heuristic_h, inside_weights
 from search.kernel_queue import choose_queue
 from search.kernel_tensors import HypergraphArrays, ProblemBatch
 
-__all__ = ["KernelResult", "astar_batch", "astar_one", "device_heuristic", "from_hypergraph", "problem_arrays"]
+__all__ = ["KernelResult", "astar_batch", "astar_core", "device_heuristic", "from_hypergraph", "problem_arrays"]
 
 _INF = jnp.inf
 
@@ -60,56 +60,81 @@ def problem_arrays(program, goal, *, name: str = "") -> HypergraphArrays:
     return from_hypergraph(hg, hg.goal_id(goal), name=name)
 
 
-def astar_one(axiom_order_N, premises_MxK, head_M, out_edges_NxD, goal, h_N, *, cost: str, queue):
-    """A* on one padded problem. Returns (weight, trace_M, pushes, popped_N, popped_f_N, pops)."""
-    n, d = out_edges_NxD.shape
-    m = head_M.shape[0]
+def _take(x_BxL, idx_BxR):
+    """Per-row gather: x[b, idx[b, ...]] (idx clipped; callers mask the invalid ones)."""
+    shape = idx_BxR.shape
+    flat = jnp.clip(idx_BxR, 0, x_BxL.shape[1] - 1).reshape(shape[0], -1)
+    return jnp.take_along_axis(x_BxL, flat, axis=1).reshape(shape)
+
+
+def astar_core(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_B, h_BxN, *, cost: str, queue):
+    """A* on a padded batch, one pop per unfinished problem per loop step; finished rows are masked (their
+    scatters are dropped), so nothing is copied per step beyond what a pop touches.
+
+    Returns (weight_B, trace_BxM, pushes_B, popped_BxN, popped_f_BxN, pops_B).
+    """
+    b, n, d = out_edges_BxNxD.shape
+    m = head_BxM.shape[1]
+    rows = jnp.arange(b)[:, None]
     a0 = axiom_weight(cost)
-    ax_ok = axiom_order_N >= 0
-    ax = jnp.maximum(axiom_order_N, 0)
-    w = jnp.full((n,), _INF, jnp.float32).at[jnp.where(ax_ok, ax, n)].set(a0, mode="drop")
-    q = queue.push_initial(queue.init(), ax, a0 + h_N[ax], h_N[ax], ax_ok)
-    state = dict(q=q, w=w, chart=jnp.zeros((n,), bool), trace=jnp.full((m,), -1, jnp.int32),
-                 n_trace=jnp.zeros((), jnp.int32), popped=jnp.full((n,), -1, jnp.int32),
-                 popped_f=jnp.full((n,), _INF, jnp.float32), n_pops=jnp.zeros((), jnp.int32),
-                 done=jnp.array(False))
+    ax_ok = axiom_order_BxN >= 0
+    ax_col = jnp.where(ax_ok, axiom_order_BxN, n)
+    w = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0, mode="drop")
+    f = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0 + _take(h_BxN, axiom_order_BxN), mode="drop")
+    stamp = jnp.full((b, n), -1, jnp.int32).at[rows, ax_col].set(
+        jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)), mode="drop")
+    live = jnp.zeros((b, n), bool).at[rows, ax_col].set(True, mode="drop")
+    state = dict(q=queue.init(f, h_BxN, stamp, live), w=w, chart=jnp.zeros((b, n), bool),
+                 counter=jnp.sum(ax_ok, axis=1, dtype=jnp.int32), trace=jnp.full((b, m), -1, jnp.int32),
+                 n_trace=jnp.zeros((b,), jnp.int32), popped=jnp.full((b, n), -1, jnp.int32),
+                 popped_f=jnp.full((b, n), _INF, jnp.float32), n_pops=jnp.zeros((b,), jnp.int32),
+                 done=jnp.zeros((b,), bool), proved=jnp.zeros((b,), bool))
     earlier_DxD = jnp.tril(jnp.ones((d, d), bool), k=-1)  # [j, i]: i comes before j
+    later_DxD = earlier_DxD.T
 
     def cond(s):
-        return ~s["done"] & queue.nonempty(s["q"])
+        return jnp.any(~s["done"])
 
     def body(s):
-        q, a, f, _, ok = queue.pop(s["q"])
-        new = ok & ~s["chart"][a]  # a stale entry (atom already in the chart) is skipped, not counted
-        chart = s["chart"].at[a].set(s["chart"][a] | new)
-        slot = jnp.where(new, s["n_pops"], n)
-        popped = s["popped"].at[slot].set(a, mode="drop")
-        popped_f = s["popped_f"].at[slot].set(f, mode="drop")
-        is_goal = new & (a == goal)
-        expand = new & ~is_goal
-        es = out_edges_NxD[a]
-        ev = (es >= 0) & expand
-        ei = jnp.maximum(es, 0)
-        prem = premises_MxK[ei]
+        q, a, fa, ok = queue.pop(s["q"])
+        ok = ok & ~s["done"]
+        done = s["done"] | ~ok
+        a_col = jnp.where(ok, a, n)[:, None]
+        chart = s["chart"].at[rows, a_col].set(True, mode="drop")
+        slot = jnp.where(ok, s["n_pops"], n)[:, None]
+        popped = s["popped"].at[rows, slot].set(a[:, None], mode="drop")
+        popped_f = s["popped_f"].at[rows, slot].set(fa[:, None], mode="drop")
+        is_goal = ok & (a == goal_B)
+        expand = ok & ~is_goal
+        es = _take(out_edges_BxNxD.reshape(b, n * d), a[:, None] * d + jnp.arange(d)[None, :])  # [B, D]
+        ev = (es >= 0) & expand[:, None]
+        prem = _take(premises_BxMxK.reshape(b, -1), es[:, :, None] * premises_BxMxK.shape[2]
+                     + jnp.arange(premises_BxMxK.shape[2]))  # [B, D, K]
+        prem = jnp.where(ev[:, :, None], prem, -1)
         pm = prem >= 0
-        all_in = jnp.all(chart[jnp.maximum(prem, 0)] | ~pm, axis=1)
-        c = head_M[ei]
-        ci = jnp.maximum(c, 0)
-        cand = ev & all_in & ~chart[ci]
-        g = edge_costs(s["w"], prem, cost=cost)
-        same = earlier_DxD & (c[None, :] == c[:, None]) & cand[None, :]
-        prior = jnp.min(jnp.where(same, g[None, :], _INF), axis=1)
-        push = cand & (g < jnp.minimum(s["w"][ci], prior))
-        w = s["w"].at[jnp.where(push, ci, n)].min(g, mode="drop")
-        q = queue.push_many(q, ci, g + h_N[ci], h_N[ci], push)
-        tpos = jnp.where(push, s["n_trace"] + jnp.cumsum(push.astype(jnp.int32)) - 1, m)
-        trace = s["trace"].at[tpos].set(es, mode="drop")
-        return dict(q=q, w=w, chart=chart, trace=trace, n_trace=s["n_trace"] + jnp.sum(push, dtype=jnp.int32),
-                    popped=popped, popped_f=popped_f, n_pops=s["n_pops"] + new.astype(jnp.int32),
-                    done=s["done"] | is_goal)
+        all_in = jnp.all(_take(chart, prem) | ~pm, axis=2)
+        c = _take(head_BxM, es)
+        cand = ev & all_in & ~_take(chart, c)
+        pw = jnp.where(pm, _take(s["w"], prem), 0.0)
+        g = 1.0 + (jnp.max(pw, axis=2) if cost == "max" else jnp.sum(pw, axis=2))
+        same = (c[:, None, :] == c[:, :, None]) & cand[:, None, :]  # [B, j, i]
+        prior = jnp.min(jnp.where(same & earlier_DxD, g[:, None, :], _INF), axis=2)
+        push = cand & (g < jnp.minimum(_take(s["w"], c), prior))
+        # a head pushed twice in one pop keeps its last (cheapest, newest) entry, as the host heap pops it first
+        last = push & ~jnp.any(same & push[:, None, :] & later_DxD, axis=2)
+        rank = jnp.cumsum(push.astype(jnp.int32), axis=1) - 1
+        c_col = jnp.where(last, c, n)
+        w = s["w"].at[rows, c_col].set(g, mode="drop")
+        q = queue.decrease(q, c, g + _take(h_BxN, c), s["counter"][:, None] + rank, last)
+        tpos = jnp.where(push, s["n_trace"][:, None] + rank, m)
+        trace = s["trace"].at[rows, tpos].set(es, mode="drop")
+        n_push = jnp.sum(push, axis=1, dtype=jnp.int32)
+        return dict(q=q, w=w, chart=chart, counter=s["counter"] + n_push, trace=trace, n_trace=s["n_trace"] + n_push,
+                    popped=popped, popped_f=popped_f, n_pops=s["n_pops"] + ok.astype(jnp.int32),
+                    done=done | is_goal, proved=s["proved"] | is_goal)
 
     s = jax.lax.while_loop(cond, body, state)
-    weight = jnp.where(s["done"], s["w"][jnp.maximum(goal, 0)], _INF)
+    weight = jnp.where(s["proved"], _take(s["w"], jnp.maximum(goal_B, 0)[:, None])[:, 0], _INF)
     return weight, s["trace"], s["n_trace"], s["popped"], s["popped_f"], s["n_pops"]
 
 
@@ -128,15 +153,19 @@ def _axiom_mask(axo, n: int):
     return jnp.zeros((n,), bool).at[jnp.where(axo >= 0, axo, n)].set(True, mode="drop")
 
 
-def _over_batch(fn, mesh, axis: str, n_args: int):
-    """vmap `fn` over the batch; with a mesh, run it per shard of `axis` (shard_map), so every device loops only
-    until its own problems finish and no collective runs inside the search loop."""
-    batched = jax.vmap(fn)
+def _over_shards(fn, mesh, axis: str, n_args: int):
+    """Run batched `fn` on the whole batch, or with a mesh per shard of `axis` (shard_map): every device loops
+    only until its own problems finish and no collective runs inside a search loop."""
     if mesh is None:
-        return batched
+        return fn
     spec = jax.sharding.PartitionSpec(axis)
     # check_vma=False: loop carries start as constants and become per-shard values; every value here is per-shard
-    return jax.shard_map(batched, mesh=mesh, in_specs=(spec,) * n_args, out_specs=spec, check_vma=False)
+    return jax.shard_map(fn, mesh=mesh, in_specs=(spec,) * n_args, out_specs=spec, check_vma=False)
+
+
+def _over_batch(fn, mesh, axis: str, n_args: int):
+    """vmap a one-problem `fn` over the batch, per shard when a mesh is given."""
+    return _over_shards(jax.vmap(fn), mesh, axis, n_args)
 
 
 def _check_mesh(batch: ProblemBatch, mesh, axis: str) -> None:
@@ -173,16 +202,16 @@ def device_heuristic(batch: ProblemBatch, *, heuristic: str, cost: str = "max", 
 
 @functools.partial(jax.jit, static_argnames=("cost", "queue_kind", "mesh", "axis"))
 def _astar_jit(batch: ProblemBatch, h_BxN, *, cost: str, queue_kind: str, mesh, axis: str) -> KernelResult:
-    n, m, k, d = batch.sizes
-    queue = choose_queue(n + m, max_push=d, kind=queue_kind)
+    n = batch.sizes[0]
+    queue = choose_queue(n, kind=queue_kind)
 
-    def one(axo, prem, head, oute, goal, h):
-        wg, trace, npush, popped, popped_f, npop = astar_one(axo, prem, head, oute, goal, h, cost=cost, queue=queue)
-        vmask, vcount, xd = _v_pops(trace, npush, prem, popped, popped_f, n)
+    def run(axo, prem, head, oute, goal, h):
+        wg, trace, npush, popped, popped_f, npop = astar_core(axo, prem, head, oute, goal, h, cost=cost, queue=queue)
+        vmask, vcount, xd = jax.vmap(functools.partial(_v_pops, n=n))(trace, npush, prem, popped, popped_f)
         return KernelResult(wg, trace, npush, popped, popped_f, npop, vmask, vcount, xd, h)
 
-    return _over_batch(one, mesh, axis, 6)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
-                                           batch.out_edges_BxNxD, batch.goal_B, h_BxN)
+    return _over_shards(run, mesh, axis, 6)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
+                                            batch.out_edges_BxNxD, batch.goal_B, h_BxN)
 
 
 def astar_batch(batch: ProblemBatch, *, heuristic: str = "zero", cost: str = "max", queue: str = "auto",

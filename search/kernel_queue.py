@@ -1,16 +1,23 @@
-"""Agenda (priority queue) for the A* kernel: one interface, two implementations (issue 5, item 2).
+"""Agenda (priority queue) of the A* kernel: one batched interface, two implementations (issue 5, item 2).
 
-Both work on ONE problem (the kernel vmaps over the batch) and hold the same entries: slot p holds the p-th push
-(atom, f, h), so the slot index is the push stamp. The pop order is lexicographic: lowest f, then lowest h, then the
-highest stamp (last in, first out), exactly the host tie-breaking (paper §4.1). Entries are never updated in place:
-a cheaper re-push of an atom adds an entry and the older one is popped later as stale, as in Alg. 1.
+The agenda holds at most one live entry per atom: the host's heap keeps stale entries (an atom re-pushed with a
+smaller weight), but a re-push always carries a key that pops first (f strictly smaller for finite h; equal f and h
+with a later stamp for h = inf), and popping a stale entry is skipped and not counted, so the host's pop sequence is
+exactly the pop sequence of this decrease-key agenda. Keys are lexicographic (paper §4.1): lowest f, then lowest h,
+then the highest push stamp (last in, first out).
 
-- `DenseQueue`: a masked lexicographic arg-min over all P slots per pop: O(P), best for small problems.
-- `BlockedQueue`: slots grouped in blocks of S with a cached per-block minimum; a pop scans the P/S block minima and
-  one block, a push refreshes the (at most two) blocks it wrote to: O(P/S + S) per operation, for thousands of atoms.
+State `Agenda` (batch-leading): f_BxN, h_BxN (the heuristic), stamp_BxN (push stamp of the live entry), live_BxN,
+and for the blocked queue the cached minimum of every block of S atoms (blk_f/h/s/a_BxNB: key and atom).
 
-Interface (static shapes, jit/vmap friendly): `init() -> state`, `push_initial` (any number of entries), `push_many(state, atoms_D, f_D, h_D,
-mask_D) -> state` (appends the masked entries in order), `pop(state) -> (state, atom, f, h, ok)`, `nonempty(state)`.
+- `DenseQueue`: each pop is a masked lexicographic arg-min over all N atoms: O(N) per pop, lowest overhead for
+  small problems.
+- `BlockedQueue`: atoms in blocks of S (about sqrt(N)); a pop scans the N/S block minima and then one block; a push
+  only lowers keys, so it updates block minima by comparison: O(N/S + S) per pop and O(D^2) per expansion, for
+  thousands of atoms.
+
+Interface: `init(f, h, stamp, live) -> Agenda`; `pop(q) -> (q, atom_B, f_B, ok_B)` (removes the atom);
+`decrease(q, atoms_BxD, f_BxD, stamp_BxD, mask_BxD) -> q` (insert or lower keys; masked atoms distinct per row);
+`nonempty(q) -> bool_B`.
 """
 
 from __future__ import annotations
@@ -21,159 +28,163 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ["DenseQueue", "BlockedQueue", "QueueState", "lex_argmin", "choose_queue"]
+__all__ = ["Agenda", "DenseQueue", "BlockedQueue", "lex_argmin", "choose_queue", "DENSE_MAX_ATOMS"]
 
 _INF = jnp.inf
+DENSE_MAX_ATOMS = 512
 
 
-class QueueState(NamedTuple):
-    atom_P: jax.Array   # int32 atom id per slot
-    f_P: jax.Array      # float32 priority
-    h_P: jax.Array      # float32 heuristic (first tie-breaker)
-    live_P: jax.Array   # bool: pushed and not popped yet
-    count: jax.Array    # int32 slots used so far (= next push stamp)
-    block_f: jax.Array  # BlockedQueue: per-block minimum key (f, h, stamp); stamp -1 for an empty block
-    block_h: jax.Array
-    block_s: jax.Array
+class Agenda(NamedTuple):
+    f_BxN: jax.Array
+    h_BxN: jax.Array
+    stamp_BxN: jax.Array
+    live_BxN: jax.Array
+    blk_f: jax.Array = None
+    blk_h: jax.Array = None
+    blk_s: jax.Array = None
+    blk_a: jax.Array = None
 
 
 def lex_argmin(f, h, stamp, live):
-    """Index of the live entry with the smallest f, then smallest h, then largest stamp; -1 if none is live.
-
-    Reductions are staged (min f, then min h among those, then max stamp) so no key packing can lose precision;
-    +inf priorities are ordinary values here, liveness is the separate mask.
-    """
-    fm = jnp.min(jnp.where(live, f, _INF))
+    """Along the last axis: index of the live entry with the lowest f, then lowest h, then highest stamp; and
+    whether any is live. Staged reductions, so no key packing can lose precision; +inf is an ordinary key."""
+    fm = jnp.min(jnp.where(live, f, _INF), axis=-1, keepdims=True)
     c1 = live & (f == fm)
-    hm = jnp.min(jnp.where(c1, h, _INF))
+    hm = jnp.min(jnp.where(c1, h, _INF), axis=-1, keepdims=True)
     c2 = c1 & (h == hm)
-    sm = jnp.max(jnp.where(c2, stamp, -1))
-    idx = jnp.argmax(c2 & (stamp == sm))
-    return jnp.where(jnp.any(live), idx, -1)
+    return jnp.argmax(jnp.where(c2, stamp, -1), axis=-1), jnp.any(live, axis=-1)
 
 
-def _empty(capacity: int, n_blocks: int) -> QueueState:
-    return QueueState(
-        atom_P=jnp.full((capacity,), -1, jnp.int32), f_P=jnp.full((capacity,), _INF, jnp.float32),
-        h_P=jnp.full((capacity,), _INF, jnp.float32), live_P=jnp.zeros((capacity,), bool),
-        count=jnp.zeros((), jnp.int32), block_f=jnp.full((n_blocks,), _INF, jnp.float32),
-        block_h=jnp.full((n_blocks,), _INF, jnp.float32), block_s=jnp.full((n_blocks,), -1, jnp.int32))
+def _rows(x):
+    return jnp.arange(x.shape[0])[:, None]
 
 
-def _append(q: QueueState, atoms, f, h, mask):
-    """Write masked entries to consecutive slots from q.count, keeping their order. Returns (state, first slot)."""
-    capacity = q.atom_P.shape[0]
-    pos = q.count + jnp.cumsum(mask.astype(jnp.int32)) - 1
-    pos = jnp.where(mask, pos, capacity)  # out of bounds: dropped
-    q2 = q._replace(
-        atom_P=q.atom_P.at[pos].set(atoms.astype(jnp.int32), mode="drop"),
-        f_P=q.f_P.at[pos].set(f.astype(jnp.float32), mode="drop"),
-        h_P=q.h_P.at[pos].set(h.astype(jnp.float32), mode="drop"),
-        live_P=q.live_P.at[pos].set(True, mode="drop"),
-        count=q.count + jnp.sum(mask, dtype=jnp.int32))
-    return q2, q.count
+def _remove(q: Agenda, atom, ok) -> Agenda:
+    n = q.live_BxN.shape[1]
+    return q._replace(live_BxN=q.live_BxN.at[_rows(q.live_BxN)[:, 0], jnp.where(ok, atom, n)].set(False, mode="drop"))
+
+
+def _write(q: Agenda, atoms, f, stamp, mask) -> Agenda:
+    n = q.live_BxN.shape[1]
+    rows = _rows(atoms)
+    cols = jnp.where(mask, atoms, n)
+    return q._replace(f_BxN=q.f_BxN.at[rows, cols].set(f, mode="drop"),
+                      stamp_BxN=q.stamp_BxN.at[rows, cols].set(stamp, mode="drop"),
+                      live_BxN=q.live_BxN.at[rows, cols].set(True, mode="drop"))
 
 
 class DenseQueue:
-    """Masked lexicographic arg-min over every slot."""
+    """Masked lexicographic arg-min over every atom per pop."""
 
     name = "dense"
 
-    def __init__(self, capacity: int):
-        self.capacity = int(capacity)
+    def init(self, f, h, stamp, live) -> Agenda:
+        return Agenda(f, h, stamp, live)
 
-    def init(self) -> QueueState:
-        return _empty(self.capacity, 1)
+    def nonempty(self, q: Agenda):
+        return jnp.any(q.live_BxN, axis=1)
 
-    def push_many(self, q: QueueState, atoms, f, h, mask) -> QueueState:
-        return _append(q, atoms, f, h, mask)[0]
+    def pop(self, q: Agenda):
+        atom, ok = lex_argmin(q.f_BxN, q.h_BxN, q.stamp_BxN, q.live_BxN)
+        f = jnp.take_along_axis(q.f_BxN, atom[:, None], axis=1)[:, 0]
+        return _remove(q, atom, ok), atom, f, ok
 
-    push_initial = push_many
+    def decrease(self, q: Agenda, atoms, f, stamp, mask) -> Agenda:
+        return _write(q, atoms, f, stamp, mask)
 
-    def nonempty(self, q: QueueState):
-        return jnp.any(q.live_P)
 
-    def pop(self, q: QueueState):
-        stamp = jnp.arange(self.capacity, dtype=jnp.int32)
-        idx = lex_argmin(q.f_P, q.h_P, stamp, q.live_P)
-        ok = idx >= 0
-        i = jnp.maximum(idx, 0)
-        q2 = q._replace(live_P=q.live_P.at[i].set(jnp.where(ok, False, q.live_P[i])))
-        return q2, q.atom_P[i], q.f_P[i], q.h_P[i], ok
+def _lex_less(fa, ha, sa, fb, hb, sb):
+    """Key a pops before key b (lower f, then lower h, then higher stamp); an empty key has stamp -1."""
+    return (sa >= 0) & ((sb < 0) | (fa < fb) | ((fa == fb) & ((ha < hb) | ((ha == hb) & (sa > sb)))))
 
 
 class BlockedQueue:
-    """Slots in blocks of `block` with cached per-block minima; pop and push touch O(P/S + S) values."""
+    """Atoms in blocks of S with cached block minima. A pop reads the N/S minima and one block (a contiguous slice);
+    a push only lowers keys, so a block minimum is updated by comparison without rescanning the block."""
 
     name = "blocked"
 
-    def __init__(self, capacity: int, *, block: int | None = None, max_push: int = 1):
-        if block is None:  # about sqrt(P) balances the block scan and the in-block scan
-            block = max(16, 1 << math.ceil(math.log2(max(1.0, math.sqrt(capacity)))))
-        # a push of up to max_push entries must touch at most two blocks
-        block = max(block, 1 << math.ceil(math.log2(max(1, max_push))))
+    def __init__(self, n_atoms: int, *, block: int | None = None):
+        if block is None:  # about sqrt(N) balances the block-minimum scan against the in-block scan
+            block = 1 << math.ceil(math.log2(max(2.0, math.sqrt(n_atoms))))
+        if n_atoms % block:
+            raise ValueError(f"BlockedQueue: {n_atoms} atoms is not a multiple of the block size {block}")
         self.block = int(block)
-        self.n_blocks = -(-int(capacity) // self.block)
-        self.capacity = self.n_blocks * self.block
+        self.n_blocks = n_atoms // self.block
 
-    def init(self) -> QueueState:
-        return _empty(self.capacity, self.n_blocks)
+    def _block_min(self, q: Agenda, blk_B):
+        """Minimum key (f, h, stamp, atom) of block blk_B of every row, from a [B, S] slice."""
+        b = blk_B.shape[0]
+        shape = (b, self.n_blocks, self.block)
 
-    def nonempty(self, q: QueueState):
-        return jnp.any(q.block_s >= 0)
+        def take(x):
+            return jnp.take_along_axis(x.reshape(shape), blk_B[:, None, None], axis=1)[:, 0, :]
 
-    def _refresh(self, q: QueueState, b) -> QueueState:
-        """Recompute the cached minimum of block b."""
-        start = b * self.block
-        f = jax.lax.dynamic_slice(q.f_P, (start,), (self.block,))
-        h = jax.lax.dynamic_slice(q.h_P, (start,), (self.block,))
-        live = jax.lax.dynamic_slice(q.live_P, (start,), (self.block,))
-        stamp = start + jnp.arange(self.block, dtype=jnp.int32)
-        j = lex_argmin(f, h, stamp, live)
-        ok = j >= 0
-        jj = jnp.maximum(j, 0)
-        return q._replace(block_f=q.block_f.at[b].set(jnp.where(ok, f[jj], _INF)),
-                          block_h=q.block_h.at[b].set(jnp.where(ok, h[jj], _INF)),
-                          block_s=q.block_s.at[b].set(jnp.where(ok, stamp[jj], -1)))
+        f, h, st, live = take(q.f_BxN), take(q.h_BxN), take(q.stamp_BxN), take(q.live_BxN)
+        j, ok = lex_argmin(f, h, st, live)
 
-    def push_many(self, q: QueueState, atoms, f, h, mask) -> QueueState:
-        q, first = _append(q, atoms, f, h, mask)
-        b0 = jnp.minimum(first // self.block, self.n_blocks - 1)
-        b1 = jnp.minimum((q.count - 1) // self.block, self.n_blocks - 1)
-        b1 = jnp.maximum(b1, b0)
-        q = self._refresh(q, b0)
-        return jax.lax.cond(b1 != b0, lambda s: self._refresh(s, b1), lambda s: s, q)
+        def pick(x):
+            return jnp.take_along_axis(x, j[:, None], axis=1)[:, 0]
 
-    def push_initial(self, q: QueueState, atoms, f, h, mask) -> QueueState:
-        """Append any number of entries (the axioms) and refresh every block minimum."""
-        q = _append(q, atoms, f, h, mask)[0]
-        shape = (self.n_blocks, self.block)
-        stamp = jnp.arange(self.capacity, dtype=jnp.int32).reshape(shape)
-        j = jax.vmap(lex_argmin)(q.f_P.reshape(shape), q.h_P.reshape(shape), stamp, q.live_P.reshape(shape))
-        ok = j >= 0
-        sel = stamp[:, 0] + jnp.maximum(j, 0)
-        return q._replace(block_f=jnp.where(ok, q.f_P[sel], _INF), block_h=jnp.where(ok, q.h_P[sel], _INF),
-                          block_s=jnp.where(ok, sel, -1))
+        return (jnp.where(ok, pick(f), _INF), jnp.where(ok, pick(h), _INF), jnp.where(ok, pick(st), -1),
+                blk_B * self.block + j)
 
-    def pop(self, q: QueueState):
-        live_b = q.block_s >= 0
-        b = lex_argmin(q.block_f, q.block_h, q.block_s, live_b)
-        ok = b >= 0
-        i = jnp.where(ok, q.block_s[jnp.maximum(b, 0)], 0)
-        q2 = q._replace(live_P=q.live_P.at[i].set(jnp.where(ok, False, q.live_P[i])))
-        q2 = self._refresh(q2, jnp.maximum(b, 0))
-        return q2, q.atom_P[i], q.f_P[i], q.h_P[i], ok
+    def init(self, f, h, stamp, live) -> Agenda:
+        b = f.shape[0]
+        shape = (b, self.n_blocks, self.block)
+        f3, h3, s3, l3 = f.reshape(shape), h.reshape(shape), stamp.reshape(shape), live.reshape(shape)
+        j, ok = lex_argmin(f3, h3, s3, l3)
+
+        def pick(x):
+            return jnp.take_along_axis(x, j[..., None], axis=-1)[..., 0]
+
+        return Agenda(f, h, stamp, live, blk_f=jnp.where(ok, pick(f3), _INF), blk_h=jnp.where(ok, pick(h3), _INF),
+                      blk_s=jnp.where(ok, pick(s3), -1), blk_a=jnp.arange(self.n_blocks) * self.block + j)
+
+    def nonempty(self, q: Agenda):
+        return jnp.any(q.blk_s >= 0, axis=1)
+
+    def pop(self, q: Agenda):
+        blk, ok = lex_argmin(q.blk_f, q.blk_h, q.blk_s, q.blk_s >= 0)
+        atom = jnp.take_along_axis(q.blk_a, blk[:, None], axis=1)[:, 0]
+        f = jnp.take_along_axis(q.blk_f, blk[:, None], axis=1)[:, 0]
+        q = _remove(q, atom, ok)
+        bf, bh, bs, ba = self._block_min(q, blk)
+        rows = jnp.arange(blk.shape[0])
+        col = jnp.where(ok, blk, self.n_blocks)
+        q = q._replace(blk_f=q.blk_f.at[rows, col].set(bf, mode="drop"),
+                       blk_h=q.blk_h.at[rows, col].set(bh, mode="drop"),
+                       blk_s=q.blk_s.at[rows, col].set(bs, mode="drop"),
+                       blk_a=q.blk_a.at[rows, col].set(ba, mode="drop"))
+        return q, atom, f, ok
+
+    def decrease(self, q: Agenda, atoms, f, stamp, mask) -> Agenda:
+        q = _write(q, atoms, f, stamp, mask)
+        h = jnp.take_along_axis(q.h_BxN, jnp.clip(atoms, 0, q.h_BxN.shape[1] - 1), axis=1)
+        st = jnp.where(mask, stamp, -1)
+        blk = atoms // self.block
+        # the best new key per block among this push batch: a push that no other push of its block beats
+        sameb = (blk[:, :, None] == blk[:, None, :]) & mask[:, None, :]
+        beaten = jnp.any(sameb & _lex_less(f[:, None, :], h[:, None, :], st[:, None, :], f[:, :, None],
+                                           h[:, :, None], st[:, :, None]), axis=2)
+        win = mask & ~beaten
+        old = [jnp.take_along_axis(x, jnp.clip(blk, 0, self.n_blocks - 1), axis=1)
+               for x in (q.blk_f, q.blk_h, q.blk_s)]
+        win = win & _lex_less(f, h, st, *old)
+        rows = jnp.arange(atoms.shape[0])[:, None]
+        col = jnp.where(win, blk, self.n_blocks)
+        return q._replace(blk_f=q.blk_f.at[rows, col].set(f, mode="drop"),
+                          blk_h=q.blk_h.at[rows, col].set(h, mode="drop"),
+                          blk_s=q.blk_s.at[rows, col].set(st, mode="drop"),
+                          blk_a=q.blk_a.at[rows, col].set(atoms, mode="drop"))
 
 
-DENSE_MAX_CAPACITY = 2048
-
-
-def choose_queue(capacity: int, *, max_push: int, kind: str = "auto"):
-    """The queue for a problem bucket: dense up to DENSE_MAX_CAPACITY slots, blocked beyond (or as `kind` says)."""
+def choose_queue(n_atoms: int, *, kind: str = "auto"):
+    """The agenda for a padded atom count: dense up to DENSE_MAX_ATOMS atoms, blocked beyond (or as `kind` says)."""
     if kind == "auto":
-        kind = "dense" if capacity <= DENSE_MAX_CAPACITY else "blocked"
+        kind = "dense" if n_atoms <= DENSE_MAX_ATOMS else "blocked"
     if kind == "dense":
-        return DenseQueue(capacity)
+        return DenseQueue()
     if kind == "blocked":
-        return BlockedQueue(capacity, max_push=max_push)
+        return BlockedQueue(n_atoms)
     raise ValueError(f"unknown queue kind {kind!r} (expected 'auto', 'dense' or 'blocked')")

@@ -9,7 +9,7 @@ A problem is first reduced to `HypergraphArrays` (host NumPy, exact sizes), then
   D  hyperedges per atom as a premise                out_edges_BxNxD  ascending hyperedge ids where the atom is a premise
   n_atoms_B, n_edges_B                               real sizes (everything at or past them is padding)
 
-Hyperedge id m is the m-th hyperedge of the host compile, so a push trace of ids is comparable with the host trace.
+Sizes are rounded up to buckets 2^k or 1.5 * 2^k (`bucket_size`). Hyperedge id m is the m-th hyperedge of the host compile, so a push trace of ids is comparable with the host trace.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ class HypergraphArrays:
                              "(expected ids of the compiled atoms)")
         if not -1 <= self.goal < self.n_atoms:
             raise ValueError(f"{where}: goal id {self.goal} outside [-1, {self.n_atoms})")
+        if len(set(self.axiom_order)) != len(self.axiom_order):
+            raise ValueError(f"{where}: repeated atom ids in axiom_order (expected each axiom once)")
         if any(len(p) == 0 for p in self.premises):
             raise ValueError(f"{where}: a hyperedge without premises (expected axioms in axiom_order instead)")
 
@@ -78,9 +80,11 @@ class HypergraphArrays:
 
 
 def bucket_size(n: int, *, minimum: int = 8) -> int:
-    """Smallest power of two >= max(n, minimum)."""
+    """Smallest bucket >= max(n, minimum); buckets are 2^k and 1.5 * 2^k (8, 12, 16, 24, 32, 48, ...), so padding
+    wastes at most a third while a run still compiles only a few shapes."""
     n = max(int(n), minimum)
-    return 1 << (n - 1).bit_length()
+    p = 1 << (n - 1).bit_length()
+    return p * 3 // 4 if p >= 8 and p * 3 // 4 >= n else p
 
 
 @dataclasses.dataclass(frozen=True)
