@@ -108,12 +108,14 @@ def combine_rewards(rewards_BxF, weights_F):
     return jnp.where(unscorable_B, jnp.nan, rewards_B)
 
 
-def group_advantages(rewards_B, *, num_generations: int, scale_rewards: str = "group"):
+def group_advantages(rewards_B, *, num_generations: int, scale_rewards: str | bool = "group"):
     """Group-relative advantages from rewards ordered prompt-major ([p0 g0..gG-1, p1 g0.., ...]).
 
     Returns (advantages_B, std_B, is_std_zero_B): the std used for scaling (for logging) and TRL's
     `frac_reward_zero_std` indicator (std close to 0, per completion).
     """
+    if isinstance(scale_rewards, bool):  # TRL's config accepts True / False for "group" / "none"
+        scale_rewards = "group" if scale_rewards else "none"
     if scale_rewards not in SCALE_REWARDS:
         raise ValueError(f"scale_rewards={scale_rewards!r}: expected one of {SCALE_REWARDS}")
     rewards_B = jnp.asarray(rewards_B, jnp.float32)

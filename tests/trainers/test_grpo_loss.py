@@ -151,6 +151,14 @@ def test_all_equal_group_gives_exact_zero_advantage(scale_rewards):
         assert np.asarray(is_zero).tolist() == [True] * 16 + [False] * 4 + [True] * 4
 
 
+def test_boolean_scale_rewards_as_trl_config():
+    rewards = np.array([0.0, 1.0, 0.5, 0.5, 1.0, 1.0, 0.0, 0.25], np.float32)
+    for flag, name in ((True, "group"), (False, "none")):
+        got = gl.group_advantages(rewards, num_generations=4, scale_rewards=flag)[0]
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(gl.group_advantages(rewards, num_generations=4,
+                                                                                      scale_rewards=name)[0]))
+
+
 def test_combine_rewards_nan_aware_weighted_sum():
     per_func = np.array([[1.0, 0.5], [np.nan, 0.5], [np.nan, np.nan], [0.0, 1.0]], np.float32)
     combined = np.asarray(gl.combine_rewards(per_func, [2.0, 0.5]))
