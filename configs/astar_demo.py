@@ -28,13 +28,13 @@ def base_config() -> ml_collections.ConfigDict:
     c.model = sft.model
     c.data = ml_collections.ConfigDict(dict(
         dataset="deeprd", seed=0, min_lookahead=2, max_lookahead=3, min_branches=2, max_branches=3,
-        extra_ratio=0.3, max_degree=3, train=240, validation=16, test=64, heuristic="dependency"))
+        extra_ratio=0.0, max_degree=3, train=96, validation=8, test=64, heuristic="dependency"))
     c.sft = ml_collections.ConfigDict(dict(
         enabled=True, data=sft.data, optim=sft.optim, train=sft.train, lora=sft.lora))
     c.sft.data.seq_len = 512
     c.sft.optim.lr = 1e-4
-    c.sft.optim.warmup_ratio = 0.05
-    c.sft.train.batch_size = 4
+    c.sft.optim.warmup_ratio = 0.1
+    c.sft.train.batch_size = 2
     c.sft.train.num_epochs = 1
     c.sft.train.checkpoint_every = 1000
     grpo = grpo_astar.base_config()
@@ -43,14 +43,14 @@ def base_config() -> ml_collections.ConfigDict:
         data=grpo.data))
     c.grpo.grpo.num_generations = 4
     c.grpo.grpo.prompts_per_step = 2
-    c.grpo.grpo.max_new_tokens = 192
+    c.grpo.grpo.max_new_tokens = 176
     c.grpo.grpo.temperature = 1.0
     c.grpo.optim.lr = 2e-6
-    c.grpo.train.num_steps = 8
+    c.grpo.train.num_steps = 4
     c.grpo.train.eval_every = 0
     c.grpo.train.checkpoint_every = 1000
     c.eval = ml_collections.ConfigDict(dict(
-        num_samples=1, temperature=0.0, top_p=1.0, max_new_tokens=192, batch_size=32, seed=0, ks=(1,)))
+        num_samples=1, temperature=0.0, top_p=1.0, max_new_tokens=176, batch_size=32, seed=0, ks=(1,)))
     return c
 
 

@@ -31,10 +31,8 @@ __all__ = ["INSTRUCTION", "HEURISTICS", "AStarProblem", "problem_from_record", "
 
 HEURISTICS = ("zero", "dependency", "true")
 INSTRUCTION = (
-    "You are given facts and rules. Prove the statement after \"Prove:\" by searching forward from the facts. "
-    "Write one proof step per paragraph, separated by a blank line, each exactly in the form: "
-    "Since <premises>, by the rule \"<rule>\", <conclusion>. "
-    "Use only the given rules, derive each premise before using it, and stop once the statement is proved."
+    "Prove the statement after \"Prove:\" from the facts and rules by forward search. Write one step per "
+    "paragraph, as: Since <premises>, by the rule \"<rule>\", <conclusion>."
 )
 
 
