@@ -245,3 +245,43 @@ def test_configs_carry_the_paper_settings():
     with pytest.raises(ValueError, match="top_p"):
         grpo.check_config(load_config(f"{CONFIGS / 'grpo_astar.py'}:tiny", ["--config.grpo.num_iterations=2",
                                                                            "--config.grpo.top_p=0.9"]))
+
+
+def test_tiny_run_learns_a_trivial_reward_despite_failing_reward_functions(tok_dir, tmp_path):
+    """Reward: share of the word "yes" among the completion's words. A second reward (weight 0) raises on
+    completions without "yes" and returns NaN on those with "no": those count as failures and score 0."""
+    from reasoner.rewards import CompositeReward, WeightedReward, completion_text
+
+    def yes_share(completions, *, examples):
+        words = [completion_text(c).split() for c in completions]
+        return [w.count("yes") / max(len(w), 1) for w in words]
+
+    def flaky(completions, *, examples):
+        out = []
+        for c in completions:
+            text = completion_text(c)
+            if "yes" not in text.split():
+                raise RuntimeError("verifier crashed")
+            out.append(float("nan") if "no" in text.split() else 1.0)
+        return out
+
+    reward = CompositeReward([WeightedReward("yes", yes_share), WeightedReward("flaky", flaky, weight=0.0)])
+    cfg = tiny(tok_dir, "--config.grpo.num_generations=8", "--config.grpo.max_new_tokens=8",
+               "--config.train.num_steps=10", "--config.optim.lr=0.03", "--config.train.checkpoint_every=5",
+               "--config.train.async_checkpoint=False")
+    examples = [{"prompt": [{"role": "user", "content": "say something"}]},
+                {"prompt": [{"role": "user", "content": "one two three"}]}]
+    result = grpo.train(cfg, workdir=tmp_path, examples=examples, reward=reward, progress=False,
+                        mesh=one_device_mesh())
+    rewards = [h["reward"] for h in result.history]
+    assert len(rewards) == 10 and all(np.isfinite(h["loss"]) for h in result.history)
+    assert np.mean(rewards[-3:]) > np.mean(rewards[:3]) + 0.15, rewards
+    counters = reward.counter_dict()["flaky"]
+    assert counters["errors"] > 0 and result.history[-1]["reward_failures/flaky"] >= counters["errors"]
+    # Resume: the workdir holds step 10; asking for 11 runs exactly one more generation step.
+    more = tiny(tok_dir, "--config.grpo.num_generations=8", "--config.grpo.max_new_tokens=8",
+                "--config.train.num_steps=11", "--config.optim.lr=0.03", "--config.train.checkpoint_every=5",
+                "--config.train.async_checkpoint=False")
+    resumed = grpo.train(more, workdir=tmp_path, examples=examples, reward=reward, progress=False,
+                         mesh=one_device_mesh())
+    assert resumed.resumed_from == 10 and [h["step"] for h in resumed.history] == [11]
