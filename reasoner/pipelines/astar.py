@@ -111,6 +111,18 @@ def format_table(reports: list[dict]) -> str:
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
+def _announce(result, results, *, workdir, reference, extra) -> None:
+    """Prints one model's numbers as soon as it is evaluated and rewrites the report with every model so far,
+    so a run stopped in a later stage still leaves its finished evaluations on disk."""
+    from reasoner.evaluation import write_report
+
+    r = result.report
+    _log(f"{result.label}: accuracy {_metric(r, 'accuracy')}, efficiency pushes {_metric(r, 'efficiency_pushes')}, "
+         f"pops {_metric(r, 'efficiency_pops')}; finish reasons {r['generation']['finish_reasons']}")
+    write_report(results, workdir / "report", name="astar", reference=reference,
+                 extra={**extra, "table": format_table([x.report for x in results]), "complete": False})
+
+
 class _Timer:
     def __init__(self):
         self.seconds: dict[str, float] = {}
@@ -150,9 +162,12 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
     from reasoner.sharding import make_mesh
 
+    reference = reference_efficiency(test)
+    partial = {"timings_s": timer.seconds, "config": config.to_dict()}
     base_model = common.build_model(config.model, mesh=make_mesh(config.mesh))
     results = [timer.stage("eval_base", lambda: evaluate(base_model, tokenizer, test, settings, label="base",
                                                          progress=progress))]
+    _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
     del base_model
     summary_models = {}
     model = None
@@ -169,6 +184,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         results.append(timer.stage("eval_sft", lambda: evaluate(model, tokenizer, test, settings,
                                                                 label=f"SFT ({config.data.heuristic})",
                                                                 progress=progress)))
+        _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
     if config.grpo.enabled:
         grpo = _grpo_module()
         if grpo is None:
@@ -184,8 +200,8 @@ def run(config, *, workdir, progress: bool = True) -> dict:
             results.append(timer.stage("eval_grpo", lambda: evaluate(model, tokenizer, test, settings,
                                                                      label=f"SFT+GRPO ({reward_name})",
                                                                      progress=progress)))
+            _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
 
-    reference = reference_efficiency(test)
     table = format_table([r.report for r in results])
     seconds = round(time.perf_counter() - total_start, 1)
     base_acc = results[0].report["accuracy"]["estimate"]
@@ -193,7 +209,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     extra = {"table": table, "timings_s": {**timer.seconds, "total": seconds},
              "accuracy_gain": final_acc - base_acc, "trainers": summary_models,
              "data": {s: len(splits[s]["records"]) for s in SPLITS}, "test_traces_fitting": [fits, len(lengths)],
-             "config": config.to_dict()}
+             "config": config.to_dict(), "complete": True}
     paths = write_report(results, workdir / "report", name="astar", reference=reference, extra=extra,
                          title="A* post-training on DeepRD (SmolLM2-135M-Instruct)" if config.model.name else None)
     print("\n" + table, flush=True)

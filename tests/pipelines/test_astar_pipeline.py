@@ -1,0 +1,91 @@
+"""The A* post-training pipeline and its CLI: configs, data stage, table, argument errors, and one end-to-end run
+of the tiny variant (random 2-layer model) through data -> base eval -> SFT -> eval -> GRPO -> eval."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from reasoner.config import load_config
+from reasoner.pipelines.astar import build_data, format_table, grpo_config, sft_config
+from reasoner.tasks.astar import problem_from_record, score_completion
+
+CONFIG = str(pathlib.Path(__file__).resolve().parents[2] / "configs" / "astar_demo.py")
+
+
+@pytest.mark.parametrize("variant", ["cpu", "tiny"])
+def test_configs_build_and_feed_the_trainers(variant, tmp_path):
+    c = load_config(f"{CONFIG}:{variant}")
+    s = sft_config(c, export_dir=tmp_path / "e")
+    assert s.export_dir == str(tmp_path / "e") and s.model.name == c.model.name
+    assert s.train.batch_size == c.sft.train.batch_size and s.optim.lr == c.sft.optim.lr
+    g = grpo_config(c)
+    assert g.data.task == "astar" and g.data.dataset == "deeprd"
+    assert [r["as"] for r in g.rewards] == ["astar_dependency"]
+    assert g.grpo.num_generations == c.grpo.grpo.num_generations
+    from trainers import grpo
+
+    grpo.check_config(g)
+    if variant == "cpu":
+        assert c.model.name == "smollm2-135m-instruct" and c.data.test == 64 and c.eval.temperature == 0.0
+    with pytest.raises(ValueError, match="unknown variant 'huge'"):
+        load_config(f"{CONFIG}:huge")
+
+
+def test_build_data_writes_records_and_a_star_traces(tmp_path):
+    c = load_config(f"{CONFIG}:tiny")
+    splits = build_data(c, out_dir=tmp_path)
+    for split in ("train", "validation", "test"):
+        records = [json.loads(x) for x in (tmp_path / "records" / f"{split}.jsonl").read_text().splitlines()]
+        sft = [json.loads(x) for x in (tmp_path / "sft" / f"{split}.jsonl").read_text().splitlines()]
+        assert len(records) == len(sft) == c.data[split]
+        for r, ex in zip(records, sft):
+            p = problem_from_record(r)
+            assert c.data.min_lookahead <= r["depth"] <= c.data.max_lookahead
+            assert score_completion(p, ex["completion"]).rewards["astar_dependency"] == 1.0
+        assert [r["id"] for r in records] == [p.id for p in splits[split]["problems"]]
+    c.data.dataset = "proofwriter"
+    with pytest.raises(ValueError, match="data.dataset='proofwriter'"):
+        build_data(c, out_dir=tmp_path / "x")
+
+
+def test_format_table_rows_and_missing_efficiency():
+    iv = lambda e: {"estimate": e, "low": e - 0.1, "high": e + 0.1}  # noqa: E731
+    table = format_table([
+        {"label": "base", "accuracy": iv(0.0), "efficiency_pushes": None, "efficiency_pops": None},
+        {"label": "SFT", "accuracy": iv(0.5), "efficiency_pushes": iv(0.8), "efficiency_pops": iv(0.9)},
+    ])
+    lines = table.splitlines()
+    assert lines[0].split("|")[1].strip() == "model" and len(lines) == 4
+    assert "0.500 [0.400, 0.600]" in lines[3] and "0.900 [0.800, 1.000]" in lines[3]
+    assert "n/a (no correct proof)" in lines[2]
+
+
+def test_cli_errors_exit_2_before_any_work(tmp_path, capsys):
+    from reasoner.cli import main
+
+    assert main(["demo", "--workdir", str(tmp_path / "w"), "--config", f"{CONFIG}:tiny",
+                 "--config.data.tset=3"]) == 2
+    assert "data.tset" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+    assert main(["eval", "--config", f"{CONFIG}:tiny", "--checkpoint", "x",
+                 "--records", str(tmp_path / "missing.jsonl")]) == 2
+    assert "missing.jsonl: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_tiny_pipeline_end_to_end(tmp_path):
+    from reasoner.pipelines.astar import run
+
+    c = load_config(f"{CONFIG}:tiny", ["data.train=8", "data.test=2", "eval.max_new_tokens=8",
+                                       "eval.batch_size=2", "grpo.grpo.max_new_tokens=8"])
+    summary = run(c, workdir=tmp_path, progress=False)
+    doc = json.loads((tmp_path / "report" / "astar.json").read_text())
+    labels = [m["label"] for m in doc["models"]]
+    assert labels == ["base", "SFT (dependency)", "SFT+GRPO (astar_dependency)"]
+    assert all(m["examples"] == 2 for m in doc["models"])
+    assert set(doc["timings_s"]) >= {"data", "eval_base", "sft", "eval_sft", "grpo", "eval_grpo", "total"}
+    assert summary["table"] == doc["table"] and (tmp_path / "report" / "astar.png").stat().st_size > 0
+    assert (tmp_path / "sft" / "export").is_dir() and (tmp_path / "grpo" / "metrics.jsonl").exists()
