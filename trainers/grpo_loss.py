@@ -197,7 +197,9 @@ def loss_mask(completion_mask_BxT, *, tool_mask_BxT=None, is_truncated_B=None):
     mask_BxT = jnp.asarray(completion_mask_BxT, jnp.float32)
     if tool_mask_BxT is not None:
         if tool_mask_BxT.shape != mask_BxT.shape:
-            raise ValueError(f"tool_mask_BxT {tool_mask_BxT.shape}: expected the completion mask shape {mask_BxT.shape}")
+            raise ValueError(
+                f"tool_mask_BxT {tool_mask_BxT.shape}: expected the completion mask shape {mask_BxT.shape}"
+            )
         mask_BxT = mask_BxT * jnp.asarray(tool_mask_BxT, jnp.float32)
     if is_truncated_B is not None:
         mask_BxT = mask_BxT * (~jnp.asarray(is_truncated_B, bool))[:, None].astype(jnp.float32)

@@ -4,8 +4,8 @@ A point dominates another when it is at least as good on both axes and strictly 
 are maximised: accuracy and efficiency are proportions where higher is better). The front is the set of
 points no other point dominates; identical points are all on it. The plot has one panel per efficiency
 measure (pushes, pops), accuracy on the y axis with its interval, efficiency on the x axis with its
-interval, front points ringed and joined by the staircase bounding the region they dominate, and optional dashed reference lines for the
-efficiency of the search algorithms themselves (Fig. 2's dashed lines).
+interval, front points ringed and joined by the staircase bounding the region they dominate, and optional
+dashed reference lines for the efficiency of the search algorithms themselves (Fig. 2's dashed lines).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ an unparseable completion is an incorrect trace and scores 0) and scored by `sea
   astar_dependency  Eq. 7 with x = sum of f over V_pops, A* with the dependency heuristic
   astar_true        Eq. 7 with x = sum of f over V_pops, A* with the true cost-to-go
 Examples are the records of `reasoner.data.records` (fields `program` and `goal`, JSON; str or TFDS bytes)
-with an optional `rule_texts` (JSON list of the theory's rule sentences, as the verbalizer used them). The scorer of a (program, goal)
-is cached, since the G completions of a prompt share it.
+with an optional `rule_texts` (JSON list of the theory's rule sentences, as the verbalizer used them).
+The scorer of a (program, goal) is cached, since the G completions of a prompt share it.
 """
 
 from __future__ import annotations

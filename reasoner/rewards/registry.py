@@ -198,7 +198,9 @@ class CompositeReward:
 
     def __call__(self, completions: Sequence, *, examples: Sequence[Mapping]) -> RewardBatch:
         if len(completions) != len(examples):
-            raise ValueError(f"{len(completions)} completions and {len(examples)} examples: expected one per completion")
+            raise ValueError(
+                f"{len(completions)} completions and {len(examples)} examples: expected one per completion"
+            )
         columns = [self._score(r, completions, examples) for r in self.rewards]
         per_function = np.array(columns, np.float64).T.reshape(len(completions), len(self.rewards))
         applicable = ~np.isnan(per_function)

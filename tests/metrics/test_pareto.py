@@ -62,7 +62,8 @@ def test_summarise_model_uses_correct_examples_only():
     assert point.efficiency["pushes"] == pytest.approx(0.75)  # mean of 1.0, 0.5, 0.75; the incorrect 0.2 is ignored
     low, high = point.efficiency_interval["pushes"]
     assert 0.5 <= low <= 0.75 <= high <= 1.0 and report["efficiency_pushes"]["n"] == 3
-    none_point, none_report = pareto.summarise_model("base", correct=[False, False], efficiency={"pushes": [None, None]})
+    none_point, none_report = pareto.summarise_model("base", correct=[False, False],
+                                                     efficiency={"pushes": [None, None]})
     assert none_report["efficiency_pushes"] is None and none_point.efficiency["pushes"] == 0.0
     with pytest.raises(ValueError, match=r"efficiency\['pops'\] has 1 entries"):
         pareto.summarise_model("x", correct=[True, True], efficiency={"pops": [1.0]})

@@ -21,7 +21,8 @@ def problem():
     p = generate_problem(seed=3, split="train", index=0, spec=spec)
     record = problem_record(p)
     verbalizer = Verbalizer(p.program, dataset="deeprd", rule_texts=json.loads(record["rule_texts"]))
-    traces = {h: solve(compile_program(p.program), p.goal_atom, heuristic=h).trace for h in ("zero", "dependency", "true")}
+    hg = compile_program(p.program)
+    traces = {h: solve(hg, p.goal_atom, heuristic=h).trace for h in ("zero", "dependency", "true")}
     return record, verbalizer, traces
 
 

@@ -21,7 +21,8 @@ def test_extract_code_and_compare():
     assert extract_code("```python\ndef f():\n    pass\n```\ntrailing") == "def f():\n    pass"
     assert extract_code("def transform(x):\n    return x") == "def transform(x):\n    return x"
     assert outputs_match([1, 2], [1, 2], kind="int_list")
-    assert not outputs_match([True, 2], [1, 2], kind="int_list") and not outputs_match([1.0, 2], [1, 2], kind="int_list")
+    assert not outputs_match([True, 2], [1, 2], kind="int_list")
+    assert not outputs_match([1.0, 2], [1, 2], kind="int_list")
     assert outputs_match("bcd", "bcd", kind="string") and not outputs_match(["bcd"], "bcd", kind="string")
 
 

@@ -27,7 +27,8 @@ def test_exact_match_abductionrules_normalisation():
 
 
 def test_label_match_uppercase():
-    got = run("exact_match", ["<answer> supports</answer>", "<answer>REFUTES</answer>", "<answer>not enough info</answer>"],
+    got = run("exact_match",
+              ["<answer> supports</answer>", "<answer>REFUTES</answer>", "<answer>not enough info</answer>"],
               ["SUPPORTS", "SUPPORTS", "NOT ENOUGH INFO"], normalize="upper")
     assert got == [1.0, 0.0, 1.0]
     assert run("exact_match", ["<answer>not  enough info</answer>"], ["NOT ENOUGH INFO"], normalize="upper") == [0.0]
