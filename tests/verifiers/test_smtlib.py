@@ -91,7 +91,7 @@ def test_js_divergence_matches_numpy_and_bounds():
 def test_parser_raises_only_smt_parse_errors():
     from hypothesis import given, settings, strategies as st
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=100, deadline=None)
     @given(st.text(alphabet=list('()";| \nab:#x01.'), max_size=40))
     def check(text):
         try:
