@@ -65,7 +65,7 @@ def classify(context_smt: str, claim_term: str, *, runner=None, timeout_s: float
     return EntailmentResult(status=status, context=base, with_claim=pos, with_negation=neg, errors=errors)
 
 
-def equivalent(signature_smt: str, formula_a: str, formula_b: str, *, runner=None,
+def equivalent(signature_smt: str, *, formula_a: str, formula_b: str, runner=None,
                timeout_s: float = 30.0) -> bool | None:
     """True/False when Z3 decides (not (a = b)) unsat/sat; None when it cannot (unknown or error)."""
     script = f"{signature_smt}\n(assert (not (= {formula_a} {formula_b})))\n(check-sat)"

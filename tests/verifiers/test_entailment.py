@@ -62,9 +62,9 @@ def test_equivalence_matches_truth_tables():
     for _ in range(25):
         (a_text, a), (b_text, b) = random_formula(rng, 2), random_formula(rng, 2)
         models = [dict(zip(VARS, bits)) for bits in itertools.product([False, True], repeat=3)]
-        assert equivalent(SIGNATURE, a_text, b_text, timeout_s=5) == all(a(m) == b(m) for m in models)
-    assert equivalent(SIGNATURE, "(=> p q)", "(or (not p) q)") is True
-    assert equivalent(SIGNATURE, "p", "(undeclared)") is None
+        assert equivalent(SIGNATURE, formula_a=a_text, formula_b=b_text, timeout_s=5) == all(a(m) == b(m) for m in models)
+    assert equivalent(SIGNATURE, formula_a="(=> p q)", formula_b="(or (not p) q)") is True
+    assert equivalent(SIGNATURE, formula_a="p", formula_b="(undeclared)") is None
 
 
 def test_through_the_pool_runner():
@@ -72,4 +72,4 @@ def test_through_the_pool_runner():
 
     with Z3Runner(timeout_s=5, workers=2) as runner:
         assert classify(SIGNATURE + "(assert (=> p q))(assert p)", "q", runner=runner).status == "entailed"
-        assert equivalent(SIGNATURE, "(and p q)", "(and q p)", runner=runner) is True
+        assert equivalent(SIGNATURE, formula_a="(and p q)", formula_b="(and q p)", runner=runner) is True
