@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from reasoner.verifiers.pool import descendant_pids
+
 NOBODY = 65534
 _CHILD_SOURCE = (pathlib.Path(__file__).with_name("sandbox_child.py")).read_text()
 _UNSHARE_OK: dict[tuple, bool] = {}
@@ -116,6 +118,31 @@ def _limit_child(limits: SandboxLimits):
     return apply
 
 
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """Kill the test's processes so that none is left, not even as a zombie.
+
+    The payload's processes are killed before their parent (`unshare`, or the interpreter itself),
+    so that the parent reaps them; killing the parent first would orphan them to a PID 1 that may
+    never reap (a container's init). The process group is then killed as a backstop.
+    """
+    children = descendant_pids(proc.pid)
+    for pid in sorted(children, reverse=True):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if children:  # `unshare` exits by itself once the namespace's init is gone, reaping it
+        try:
+            proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def _run_one(*, code: str, entry: str, value, limits: SandboxLimits, command: list[str],
              workdir: str, block_sockets: bool) -> tuple[object, str | None, float]:
     """(returned value, error or None, seconds) for one call of `entry(value)` in a fresh process."""
@@ -150,11 +177,7 @@ def _run_one(*, code: str, entry: str, value, limits: SandboxLimits, command: li
     except BrokenPipeError:
         pass
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        _kill_tree(proc)
         proc.stdout.close()
     elapsed = time.perf_counter() - start
     if error:
