@@ -527,7 +527,7 @@ def generation_step(parts: dict, state: TrainState, *, examples: Sequence[Mappin
     prompt_ids = [prompt_token_ids(tok, e["prompt"]) for e in examples]
     sampling = SamplingParams(max_new_tokens=int(g.max_new_tokens), temperature=float(g.temperature),
                               top_p=float(g.top_p), top_k=int(g.top_k), n=int(g.num_generations), seed=seed,
-                              stop=tuple(g.stop))
+                              stop=tuple(g.stop), eos_ids=() if g.get("ignore_eos") else None)
     sync_sampler(parts, state.params)
     r = rollout(parts["sampler"], prompt_ids=prompt_ids, examples=examples, sampling=sampling, budget=budget,
                 tool=tool, max_turns=int(g.max_turns), tool_reserve=int(g.tool_reserve))

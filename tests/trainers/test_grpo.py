@@ -285,3 +285,26 @@ def test_tiny_run_learns_a_trivial_reward_despite_failing_reward_functions(tok_d
     resumed = grpo.train(more, workdir=tmp_path, examples=examples, reward=reward, progress=False,
                          mesh=one_device_mesh())
     assert resumed.resumed_from == 10 and [h["step"] for h in resumed.history] == [11]
+
+
+def test_lora_trains_only_adapters_against_the_adapter_free_base(tok_dir):
+    """CEDAR tiny (LoRA rank 4, beta 0.01): the state holds only adapters, the reference is the base model (so the
+    KL of the first step is 0: adapter B starts at 0), one step moves the adapters and leaves the base alone."""
+    from reasoner.rewards import CompositeReward, WeightedReward, completion_text
+
+    cfg = tiny(tok_dir, "--config.grpo.max_new_tokens=8", "--config.optim.lr=0.01", file="grpo_cedar.py")
+    parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
+    leaves = jax.tree_util.tree_flatten_with_path(parts["state"].params)[0]
+    assert leaves and all(str(path[-1].key) in ("a", "b") for path, _ in leaves)
+    assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree.leaves(parts["ref"]))
+    rest_before = jax.tree.map(np.asarray, parts["rest"])
+    reward = CompositeReward([WeightedReward("len", lambda cs, *, examples: [
+        float(len(completion_text(c).split())) for c in cs])])
+    examples = [{"prompt": "say something"}, {"prompt": "one two three"}]
+    state, m = grpo.generation_step(parts, parts["state"], examples=examples, reward=reward, tool=None, seed=0)
+    reward.close()
+    assert abs(m["kl"]) < 1e-6 and np.isfinite(m["loss"]) and m["skipped"] == 0
+    b_after = [np.asarray(x) for path, x in jax.tree_util.tree_flatten_with_path(state.params)[0]
+               if str(path[-1].key) == "b"]
+    assert max(float(np.abs(b).max()) for b in b_after) > 0
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, parts["rest"]), rest_before)

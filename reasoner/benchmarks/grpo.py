@@ -1,0 +1,134 @@
+"""`reasoner bench grpo --json`: one GRPO iteration, ours vs TRL's GRPOTrainer, on SmolLM2-135M-Instruct.
+
+One iteration = 4 prompts x G 4 completions of exactly 128 new tokens (EOS suppressed on both sides, so both
+generate the same amount), reward, advantages, one optimizer update. Both sides: the same weights (ours dequantized
+from the GGUF, TRL from our safetensors export of exactly those weights), float32, temperature 1, Adam(W) lr 1e-6
+with clipping at 1.0, TRL's default loss (dapo, beta 0: no reference model), the same Python reward function.
+Ours is `trainers.grpo.generation_step` (jitted sampler with one prefill per prompt, host reward thread, jitted
+step); theirs is `GRPOTrainer.train` with transformers generation. Reported: completions per second over the
+median of the measured iterations (after one warm-up iteration each: compilation on our side), and the ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+
+PROMPTS = [
+    "Prove that the sum of two even numbers is even.",
+    "Facts: Anne is red. If someone is red then they are big. Prove: Anne is big.",
+    "Explain in three steps why the sky looks blue.",
+    "List the prime numbers below thirty and say how you found them.",
+]
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("grpo", help="one GRPO iteration: ours vs TRL GRPOTrainer")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=3, help="measured iterations per side (after one warm-up)")
+    parser.add_argument("--skip-baseline", action="store_true")
+    parser.set_defaults(func=run)
+
+
+def distinct_word_share(texts) -> list[float]:
+    """The benchmark's reward: distinct words / words of each completion (cheap, deterministic, host side)."""
+    out = []
+    for t in texts:
+        words = t.split()
+        out.append(len(set(words)) / len(words) if words else 0.0)
+    return out
+
+
+def our_config(*, prompts: int, generations: int, new_tokens: int, steps: int):
+    from reasoner.config import load_config
+
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "configs" / "grpo_astar.py"
+    c = load_config(f"{path}:smollm2", [
+        f"--config.grpo.num_generations={generations}", f"--config.grpo.prompts_per_step={prompts}",
+        f"--config.grpo.max_new_tokens={new_tokens}", "--config.grpo.beta=0.0", "--config.grpo.temperature=1.0",
+        f"--config.train.num_steps={steps + 1}", "--config.optim.lr=1e-6", "--config.mesh=fsdp=-1"])
+    c.grpo.ignore_eos = True
+    return c
+
+
+def time_ours(model, tokenizer, *, prompts: int, generations: int, new_tokens: int, steps: int) -> list[float]:
+    from reasoner.rewards import CompositeReward, WeightedReward, completion_text
+    from trainers import grpo
+
+    cfg = our_config(prompts=prompts, generations=generations, new_tokens=new_tokens, steps=steps)
+    reward = CompositeReward([WeightedReward(
+        "distinct", lambda cs, *, examples: distinct_word_share([completion_text(c) for c in cs]))])
+    parts = grpo.build_grpo(cfg, model=model, tokenizer=tokenizer)
+    examples = [{"prompt": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]} for i in range(prompts)]
+    state = parts["state"]
+    times = []
+    for i in range(steps + 1):
+        t = time.perf_counter()
+        state, m = grpo.generation_step(parts, state, examples=examples, reward=reward, tool=None, seed=i)
+        times.append(time.perf_counter() - t)
+        if m["completions/mean_length"] != new_tokens:
+            raise RuntimeError(f"ours generated {m['completions/mean_length']} tokens on average, not {new_tokens}")
+    reward.close()
+    return times[1:]
+
+
+def time_trl(baseline_model, tokenizer, *, out_dir: str, prompts: int, generations: int, new_tokens: int,
+             steps: int) -> list[float]:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from reasoner.benchmarks.train_common import step_timer_callback, trl_common_args
+
+    rows = [{"prompt": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]} for i in range(prompts)]
+    dataset = Dataset.from_list(rows * (steps + 1))
+
+    def reward(completions, **kwargs):
+        from reasoner.rewards import completion_text
+
+        return distinct_word_share([completion_text(c) for c in completions])
+
+    args = trl_common_args(out_dir, batch=prompts * generations, steps=steps, remat=False)
+    args.update(num_generations=generations, max_completion_length=new_tokens, temperature=1.0, beta=0.0,
+                generation_kwargs={"min_new_tokens": new_tokens}, shuffle_dataset=False)
+    timer = step_timer_callback()
+    trainer = GRPOTrainer(model=baseline_model, reward_funcs=reward, args=GRPOConfig(**args),
+                          train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+    trainer.train()
+    return timer.times[1:]
+
+
+def run(args) -> int:
+    import jax
+
+    from reasoner.benchmarks.train_common import export_baseline_model, load_ours
+    from trainers.common import load_tokenizer_for
+
+    import ml_collections
+
+    model, _ = load_ours(remat=False)
+    tokenizer = load_tokenizer_for(ml_collections.ConfigDict(dict(name="smollm2-135m-instruct", tokenizer="")))
+    kw = dict(prompts=args.prompts, generations=args.generations, new_tokens=args.new_tokens, steps=args.steps)
+    base_times = []
+    if not args.skip_baseline:
+        with tempfile.TemporaryDirectory() as tmp:
+            # Export before our trainer donates the parameter buffers.
+            baseline_model = export_baseline_model(model, f"{tmp}/hf")
+            base_times = time_trl(baseline_model, tokenizer, out_dir=f"{tmp}/trl", **kw)
+    ours_times = time_ours(model, tokenizer, **kw)
+    samples = args.prompts * args.generations
+    ours = samples / statistics.median(ours_times)
+    out = {"ours_samples_s": round(ours, 3), "ours_step_s": [round(t, 2) for t in ours_times],
+           "samples_per_step": samples, "new_tokens": args.new_tokens, "device": jax.devices()[0].device_kind}
+    if base_times:
+        base = samples / statistics.median(base_times)
+        out.update(baseline_samples_s=round(base, 3), ratio=round(ours / base, 3),
+                   baseline_step_s=[round(t, 2) for t in base_times])
+    print(json.dumps(out) if args.json else json.dumps(out, indent=2))
+    return 0
