@@ -26,6 +26,13 @@ Rule for several `check-sat` and for errors (documented contract, tested):
   * `model` is the text of the last `(get-model)` answer, or None.
 A line that is exactly `sat`, `unsat` or `unknown` is read as a verdict, so `(echo "sat")` would be
 misread; the rule is kept simple because agents' scripts use echo for labels, not bare verdicts.
+
+Overlapping verification with device work:
+
+    with Z3Runner(workers=2) as z3:
+        futures = [z3.submit(code) for code in scripts_of_last_batch]  # returns at once
+        state, metrics = train_step(state, batch, rng)                  # the device works meanwhile
+        results = [f.result() for f in futures]                         # Z3Result each
 """
 
 from __future__ import annotations
