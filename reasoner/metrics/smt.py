@@ -8,7 +8,8 @@ of each problem (`curation.problem_entities`). Definitions where the paper's for
   vcr_unsat                   correct and at least one executable call whose verdict is unsat;
   first_pass_validity         among attempts with SMT calls, the first call ran without error;
   error_rate / no_verdict_rate  over SMT calls: not executable / no sat|unsat verdict;
-  verdict_distribution        over SMT calls: sat, unsat, unknown, error (no verdict and an error);
+  verdict_distribution        over SMT calls: sat, unsat, unknown (incl. timeouts), error (the call
+                              failed), none (ran cleanly but printed no verdict);
   soundness                   P(correct | verified), verified = ended by an answer, not by T_max;
   recovery                    P(correct | the first SMT call failed);
   tool_efficiency             correct attempts per solver call; turn_efficiency correct per turn;
@@ -125,6 +126,16 @@ def structural_divergence(trajectories) -> dict:
             "within_trajectories": len(first_last)}
 
 
+def _outcome(call) -> str:
+    """sat / unsat / unknown for a clean run, "error" when the call failed, "none" for a clean run
+    without any check-sat verdict. A timed-out call counts as unknown (Z3's own reading of it)."""
+    if call.verdict == "unknown":
+        return "unknown"
+    if not call.executable:
+        return "error"
+    return call.verdict if call.verdict in ("sat", "unsat") else "none"
+
+
 def smt_metrics(trajectories, entities_by_problem: dict[str, set[str]]) -> dict:
     """All metrics of the module docstring for a list of scored trajectories."""
     if any(t.correct is None for t in trajectories):
@@ -155,8 +166,7 @@ def smt_metrics(trajectories, entities_by_problem: dict[str, set[str]]) -> dict:
             calls_total += 1
             errors += not a.executable
             no_verdict += not a.real_verdict
-            verdicts[a.verdict if a.executable and a.verdict in ("sat", "unsat", "unknown") else
-                     ("unknown" if a.verdict == "unknown" else "error")] += 1
+            verdicts[_outcome(a)] += 1
         solver_calls += len(attrs)
         turns += traj.turns
         skeletons[traj.problem_id].add(skeleton(traj))
@@ -170,7 +180,8 @@ def smt_metrics(trajectories, entities_by_problem: dict[str, set[str]]) -> dict:
         "first_pass_validity": _rate(first_valid, with_calls),
         "solver_calls": calls_total, "error_rate": _rate(errors, calls_total),
         "no_verdict_rate": _rate(no_verdict, calls_total),
-        "verdict_distribution": {k: _rate(verdicts[k], calls_total) for k in ("sat", "unsat", "unknown", "error")},
+        "verdict_distribution": {k: _rate(verdicts[k], calls_total)
+                                 for k in ("sat", "unsat", "unknown", "error", "none")},
         "soundness": _rate(sum(bool(t.correct) for t in verified), len(verified)),
         "recovery": _rate(recovered, first_failed),
         "tool_efficiency": _rate(correct, solver_calls), "turn_efficiency": _rate(correct, turns),

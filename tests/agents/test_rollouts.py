@@ -180,7 +180,7 @@ def test_prontoqa_metrics(prontoqa, prontoqa_rollouts):
     }
     for key, value in expected.items():
         assert m[key] == pytest.approx(value), key
-    assert m["verdict_distribution"] == pytest.approx({"sat": 0.1, "unsat": 0.7, "unknown": 0.0, "error": 0.2})
+    assert m["verdict_distribution"] == pytest.approx({"sat": 0.1, "unsat": 0.7, "unknown": 0.0, "error": 0.2, "none": 0.0})
     finals = [smtlib.production_counts(code) for code in
               [MAX_REFUTES_SOUR, MAX_REFUTES_SOUR, TRIVIAL, UNGROUNDED, MALFORMED, MAX_REFUTES_SOUR, MAX_REFUTES_SOUR]]
     across = []
@@ -227,5 +227,5 @@ def test_folio_rollouts(hawk, runner):
     assert m["vcr"] == pytest.approx(2 / 5) and m["vcr_unsat"] == pytest.approx(2 / 5)
     assert m["first_pass_validity"] == pytest.approx(3 / 4) and m["error_rate"] == pytest.approx(1 / 5)
     assert m["soundness"] == pytest.approx(4 / 5) and m["recovery"] == pytest.approx(1.0)
-    assert m["verdict_distribution"] == pytest.approx({"sat": 0.2, "unsat": 0.6, "unknown": 0.0, "error": 0.2})
+    assert m["verdict_distribution"] == pytest.approx({"sat": 0.2, "unsat": 0.6, "unknown": 0.0, "error": 0.2, "none": 0.0})
     assert m["structural_divergence"]["across_tasks"] == 1 and math.isfinite(m["structural_divergence"]["across"])

@@ -54,6 +54,16 @@ def test_bad_inputs_are_named():
         smt_metrics([_traj([], correct=None)], {})
 
 
+def test_verdict_distribution_separates_errors_timeouts_and_no_verdict():
+    calls = [{"smt_code": "(declare-const a Bool)(assert a)(check-sat)", "success": True, "sat_result": "sat", "error": None},
+             {"smt_code": "(declare-const a Bool)(assert a)", "success": True, "sat_result": None, "error": None},
+             {"smt_code": "(assert (> x", "success": False, "sat_result": None, "error": "parse"},
+             {"smt_code": "(check-sat)", "success": False, "sat_result": "unknown", "error": "timeout: ..."}]
+    metrics = smt_metrics([_traj(calls)], {"p": {"alpha"}})
+    assert metrics["verdict_distribution"] == {"sat": 0.25, "unsat": 0.0, "unknown": 0.25, "error": 0.25, "none": 0.25}
+    assert metrics["error_rate"] == 0.5 and metrics["no_verdict_rate"] == 0.75
+
+
 def test_metrics_of_no_attempts_are_none():
     metrics = smt_metrics([], {})
     assert metrics["attempts"] == 0 and metrics["vcr"] is None and metrics["error_rate"] is None
