@@ -16,13 +16,20 @@ TESTS = [([1, 2], [2, 4]), ([], []), ([5], [10])]
 LIMITS = SandboxLimits(timeout_s=2.0)
 
 
-def nobody_processes() -> int:
+def orphaned_nobody_processes() -> int:
+    """Processes of uid 65534 whose `unshare` parent is gone (re-parented to an init or subreaper):
+    what a sandbox would leave behind. Live sandboxes of concurrent tests still have their parent."""
     count = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                count += os.stat(f"/proc/{entry}").st_uid == 65534
-            except OSError:
+                if os.stat(f"/proc/{entry}").st_uid != 65534:
+                    continue
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{ppid}/comm") as f:
+                    count += f.read().strip() != "unshare"
+            except (OSError, ValueError, IndexError):
                 pass
     return count
 
@@ -99,7 +106,7 @@ def test_hostile_payloads_through_the_pool(name, network, listening_port):
     code = HOSTILE.get(name) or (f"import socket\ndef transform(x):\n"
                                  f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'leak')\n"
                                  f"    return x\n")
-    before, nobody_before = descendant_pids(), nobody_processes()
+    before, orphans_before = descendant_pids(), orphaned_nobody_processes()
     with VerifierPool(workers=1, deadline_s=LIMITS.timeout_s + 2.0, memory_mb=512) as pool:
         start = time.monotonic()
         result = pool.submit("reasoner.verifiers.sandbox:run_transform_tests", code, [(1, 1)],
@@ -119,7 +126,7 @@ def test_hostile_payloads_through_the_pool(name, network, listening_port):
                              task_kwargs={"limits": LIMITS, "network": network}).result()
         assert follow.ok and follow.value.passed_all
     time.sleep(0.2)
-    assert len(descendant_pids()) <= len(before) and nobody_processes() <= nobody_before
+    assert len(descendant_pids()) <= len(before) and orphaned_nobody_processes() <= orphans_before
     assert not os.path.exists("/tmp/sandbox_escape_probe.txt")
     assert accepted == []
     if name == "sleep":
