@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from search.kernel_heuristics import axiom_weight, heuristic_h, inside_weights
-from search.kernel_queue import choose_queue
+from search.kernel_queue import PackedQueue, choose_queue
 from search.kernel_tensors import HypergraphArrays, ProblemBatch
 
 __all__ = ["KernelResult", "astar_batch", "astar_core", "device_heuristic", "from_hypergraph", "problem_arrays"]
@@ -200,10 +200,11 @@ def device_heuristic(batch: ProblemBatch, *, heuristic: str, cost: str = "max", 
     return _heuristic_jit(batch, heuristic=heuristic, cost=cost, mesh=mesh, axis=axis)
 
 
-@functools.partial(jax.jit, static_argnames=("cost", "queue_kind", "mesh", "axis"))
-def _astar_jit(batch: ProblemBatch, h_BxN, *, cost: str, queue_kind: str, mesh, axis: str) -> KernelResult:
+@functools.partial(jax.jit, static_argnames=("cost", "queue_kind", "packed_bits", "mesh", "axis"))
+def _astar_jit(batch: ProblemBatch, h_BxN, *, cost: str, queue_kind: str, packed_bits, mesh,
+               axis: str) -> KernelResult:
     n = batch.sizes[0]
-    queue = choose_queue(n, kind=queue_kind)
+    queue = choose_queue(n, kind=queue_kind, packed_bits=packed_bits)
 
     def run(axo, prem, head, oute, goal, h):
         wg, trace, npush, popped, popped_f, npop = astar_core(axo, prem, head, oute, goal, h, cost=cost, queue=queue)
@@ -221,24 +222,31 @@ def astar_batch(batch: ProblemBatch, *, heuristic: str = "zero", cost: str = "ma
 
     heuristic: "zero" | "dependency" | "true" (computed on device) or "given" with `h_BxN` float32 [B, N] (entries
     must be >= 0 or +inf; NaN or negative values raise). queue: "auto" (dense up to a capacity, blocked beyond),
-    "dense" or "blocked". mesh: run data-parallel with the batch split over mesh axis `axis` (shard_map); place
+    "dense", "blocked" or "packed" ("auto" takes packed, one int32 key per atom, when keys are small integers).
+    mesh: run data-parallel with the batch split over mesh axis `axis` (shard_map); place
     `batch` with NamedSharding(mesh, PartitionSpec(axis)) to avoid a transfer.
     """
     axiom_weight(cost)
-    if queue not in ("auto", "dense", "blocked"):
-        raise ValueError(f"unknown queue kind {queue!r} (expected 'auto', 'dense' or 'blocked')")
+    if queue not in ("auto", "dense", "blocked", "packed"):
+        raise ValueError(f"unknown queue kind {queue!r} (expected 'auto', 'dense', 'blocked' or 'packed')")
     _check_mesh(batch, mesh, axis)
+    n, m = batch.sizes[:2]
+    max_h = n  # built-in heuristics under cost "max" are integers <= the number of atoms
     if heuristic == "given":
         if h_BxN is None:
             raise ValueError("heuristic='given' needs h_BxN, a float32 [batch, N] array of heuristic values")
-        _check_h(h_BxN, batch)
+        max_h = _check_h(h_BxN, batch)
         h_BxN = jnp.asarray(h_BxN, jnp.float32)
     else:
         h_BxN = device_heuristic(batch, heuristic=heuristic, cost=cost, mesh=mesh, axis=axis)
-    return _astar_jit(batch, h_BxN, cost=cost, queue_kind=queue, mesh=mesh, axis=axis)
+    packed = None
+    if cost == "max" and max_h is not None:
+        packed = PackedQueue.bits_for(n_atoms=n, n_edges=m, max_h=max_h)
+    return _astar_jit(batch, h_BxN, cost=cost, queue_kind=queue, packed_bits=packed, mesh=mesh, axis=axis)
 
 
-def _check_h(h_BxN, batch: ProblemBatch) -> None:
+def _check_h(h_BxN, batch: ProblemBatch):
+    """Validate a given heuristic; return its largest finite value if all finite values are integers (else None)."""
     import numpy as np
 
     h = np.asarray(h_BxN)
@@ -252,3 +260,7 @@ def _check_h(h_BxN, batch: ProblemBatch) -> None:
         b, i = map(int, np.argwhere(bad)[0])
         raise ValueError(f"heuristic value h[{b}, {i}] = {h[b, i]} for problem {b}, atom {i}: expected a "
                          "non-negative number or +inf (NaN and negative values have no A* meaning)")
+    finite = h[real & np.isfinite(h)]
+    if finite.size and not np.all(finite == np.round(finite)):
+        return None
+    return int(finite.max()) if finite.size else 0

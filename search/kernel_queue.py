@@ -11,6 +11,8 @@ and for the blocked queue the cached minimum of every block of S atoms (blk_f/h/
 
 - `DenseQueue`: each pop is a masked lexicographic arg-min over all N atoms: O(N) per pop, lowest overhead for
   small problems.
+- `PackedQueue`: the dense arg-min with (f, h, stamp) packed into one int32 key (one pass per pop) when f and h
+  are small integers (cost "max" with the built-in heuristics): the default for small problems.
 - `BlockedQueue`: atoms in blocks of S (about sqrt(N)); a pop scans the N/S block minima and then one block; a push
   only lowers keys, so it updates block minima by comparison: O(N/S + S) per pop and O(D^2) per expansion, for
   thousands of atoms.
@@ -28,7 +30,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Agenda", "DenseQueue", "BlockedQueue", "lex_argmin", "choose_queue", "DENSE_MAX_ATOMS"]
+__all__ = ["Agenda", "DenseQueue", "BlockedQueue", "PackedQueue", "lex_argmin", "choose_queue", "DENSE_MAX_ATOMS"]
 
 _INF = jnp.inf
 DENSE_MAX_ATOMS = 512
@@ -43,6 +45,7 @@ class Agenda(NamedTuple):
     blk_h: jax.Array = None
     blk_s: jax.Array = None
     blk_a: jax.Array = None
+    key_BxN: jax.Array = None  # PackedQueue: the whole key in one int32
 
 
 def lex_argmin(f, h, stamp, live):
@@ -179,12 +182,81 @@ class BlockedQueue:
                           blk_a=q.blk_a.at[rows, col].set(atoms, mode="drop"))
 
 
-def choose_queue(n_atoms: int, *, kind: str = "auto"):
-    """The agenda for a padded atom count: dense up to DENSE_MAX_ATOMS atoms, blocked beyond (or as `kind` says)."""
+class PackedQueue:
+    """Dense agenda whose lexicographic key (f, h, LIFO stamp) is packed into ONE int32, so a pop is a single arg-min
+    pass and a push a single scatter. Exact when f and h are integers (or inf) below their field limits and stamps
+    fit: `PackedQueue.fits` decides, and the kernel only picks it then (cost "max", integer heuristics).
+
+    key = f_code << (HB + SB) | h_code << SB | (2^SB - 1 - stamp); a code of all ones encodes inf, an empty slot is
+    INT32_MAX (above every live key, since f_code < 2^FB - 1 keeps bit 30 clear or the fields leave room).
+    """
+
+    name = "packed"
+    EMPTY = 2**31 - 1
+
+    def __init__(self, *, f_bits: int, h_bits: int, stamp_bits: int):
+        if f_bits + h_bits + stamp_bits > 31:
+            raise ValueError(f"PackedQueue: {f_bits}+{h_bits}+{stamp_bits} bits do not fit an int32 key")
+        self.fb, self.hb, self.sb = f_bits, h_bits, stamp_bits
+
+    @staticmethod
+    def bits_for(*, n_atoms: int, n_edges: int, max_h: int):
+        """Field widths for weights <= n_atoms (cost "max": depth), h <= max_h, stamps < n_atoms + n_edges;
+        None when they do not fit 31 bits."""
+        fb = int(n_atoms + max_h + 1).bit_length()
+        hb = int(max_h + 1).bit_length()
+        sb = int(n_atoms + n_edges).bit_length()
+        if fb + hb + sb >= 31:  # keep one spare bit so that EMPTY stays above every live key
+            return None
+        return fb, hb, sb
+
+    def _key(self, f, h, stamp):
+        f_inf, h_inf = (1 << self.fb) - 1, (1 << self.hb) - 1
+        fc = jnp.where(jnp.isinf(f), f_inf, f).astype(jnp.int32)
+        hc = jnp.where(jnp.isinf(h), h_inf, h).astype(jnp.int32)
+        return (fc << (self.hb + self.sb)) | (hc << self.sb) | ((1 << self.sb) - 1 - stamp)
+
+    def init(self, f, h, stamp, live) -> Agenda:
+        key = jnp.where(live, self._key(f, h, stamp), self.EMPTY)
+        return Agenda(None, h, None, None, key_BxN=key)
+
+    def nonempty(self, q: Agenda):
+        return jnp.any(q.key_BxN != self.EMPTY, axis=1)
+
+    def pop(self, q: Agenda):
+        atom = jnp.argmin(q.key_BxN, axis=1)
+        key = jnp.take_along_axis(q.key_BxN, atom[:, None], axis=1)[:, 0]
+        ok = key != self.EMPTY
+        fc = key >> (self.hb + self.sb)
+        f = jnp.where(fc == (1 << self.fb) - 1, _INF, fc.astype(jnp.float32))
+        n = q.key_BxN.shape[1]
+        rows = jnp.arange(atom.shape[0])
+        q = q._replace(key_BxN=q.key_BxN.at[rows, jnp.where(ok, atom, n)].set(self.EMPTY, mode="drop"))
+        return q, atom, f, ok
+
+    def decrease(self, q: Agenda, atoms, f, stamp, mask) -> Agenda:
+        n = q.key_BxN.shape[1]
+        h = jnp.take_along_axis(q.h_BxN, jnp.clip(atoms, 0, n - 1), axis=1)
+        rows = jnp.arange(atoms.shape[0])[:, None]
+        return q._replace(key_BxN=q.key_BxN.at[rows, jnp.where(mask, atoms, n)].set(self._key(f, h, stamp),
+                                                                                    mode="drop"))
+
+
+def choose_queue(n_atoms: int, *, kind: str = "auto", packed_bits=None):
+    """The agenda for a padded atom count: packed (when `packed_bits` says the keys fit) or dense up to
+    DENSE_MAX_ATOMS atoms, blocked beyond; or exactly `kind` ("dense" | "blocked" | "packed")."""
     if kind == "auto":
-        kind = "dense" if n_atoms <= DENSE_MAX_ATOMS else "blocked"
+        if n_atoms <= DENSE_MAX_ATOMS:
+            kind = "packed" if packed_bits is not None else "dense"
+        else:
+            kind = "blocked"
+    if kind == "packed":
+        if packed_bits is None:
+            raise ValueError("queue 'packed' needs integer keys that fit an int32 (cost 'max', integer h)")
+        fb, hb, sb = packed_bits
+        return PackedQueue(f_bits=fb, h_bits=hb, stamp_bits=sb)
     if kind == "dense":
         return DenseQueue()
     if kind == "blocked":
         return BlockedQueue(n_atoms)
-    raise ValueError(f"unknown queue kind {kind!r} (expected 'auto', 'dense' or 'blocked')")
+    raise ValueError(f"unknown queue kind {kind!r} (expected 'auto', 'dense', 'blocked' or 'packed')")
