@@ -26,7 +26,7 @@ def random_decoder(cfg: ModelConfig, seed: int = 0, scale: float = 1.0) -> Decod
 
 @pytest.fixture(scope="session")
 def tiny_model():
-    return random_decoder(TINY, seed=0, scale=40.0)
+    return random_decoder(TINY, seed=0, scale=1.0)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,129 @@
+"""`SamplerPolicy`: the tool-loop policy (`reasoner.agents.policies.Policy`) over our jitted sampler.
+
+    policy = SamplerPolicy(model, tokenizer, temperature=0.7, max_new_tokens=512)
+    trajectories = run_scratchpad(policy, conversations, runner=runner)
+
+Each call renders every conversation with the chat template (tools passed as `TOOLS`, generation
+prompt added) and generates one assistant turn per conversation, stopping at end-of-turn or right
+after `</tool_call>`. Multi-turn continuation: the policy keeps the sampler `Session` of its last
+call. When every new conversation extends one of that session's rows - its rendered text starts
+with the row's rendered prompt plus the reply the row produced - only the new suffix (end of the
+assistant turn, tool response, next generation prompt) is tokenized and appended to the row's
+cache; the history is not prefilled again. Otherwise (a new batch) it starts a new session. In a
+first call where every prompt appears the same number of times K (K samples per problem), the K
+copies share one prefill (n = K).
+
+The cache keeps the tokens the model sampled, so a continued row sees its own tokenization of
+its earlier replies (the text is identical to the re-rendered conversation's).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Sequence
+
+from reasoner.agents.policies import TOOLS, Reply
+
+TOOL_CALL_END = "</tool_call>"
+
+
+class SamplerPolicy:
+    """Policy over `reasoner.sampling.Sampler`.
+
+    max_len: cache slots per conversation (prompt + every turn + tool responses).
+    reserve: scratch slots, the longest appended chunk written in one call (longer appends take
+      several calls).
+    """
+
+    def __init__(self, model, tokenizer, *, temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
+                 max_new_tokens: int = 512, max_len: int = 4096, reserve: int = 128, seed: int = 0,
+                 tools: list | None = None, mesh=None):
+        from reasoner.sampling import Sampler, SamplingParams
+
+        self.sampler = Sampler(model, tokenizer, mesh=mesh)
+        self.tokenizer = tokenizer
+        self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                     top_k=top_k, seed=seed, stop=(TOOL_CALL_END,))
+        self.max_len, self.reserve = max_len, reserve
+        self.tools = TOOLS if tools is None else tools
+        self.calls = 0
+        self._session = None
+        self._row_text: list[str] = []  # rendered prompt + replies so far, per session row
+        self.prefills = 0  # sessions started (for tests and logs)
+        self.continuations = 0  # calls served by extending the existing cache
+
+    def _render(self, messages: list[dict]) -> str:
+        from reasoner.tokenization import render_chat
+
+        try:
+            return render_chat(self.tokenizer, messages, add_generation_prompt=True, tools=self.tools)
+        except Exception:  # templates without tool support reject `tools`
+            return render_chat(self.tokenizer, messages, add_generation_prompt=True)
+
+    def respond(self, conversations: Sequence[list[dict]]) -> list[Reply]:
+        if not conversations:
+            return []
+        texts = [self._render(list(c)) for c in conversations]
+        rows = self._match_rows(texts)
+        if rows is None:
+            rows = self._start(texts)
+        else:
+            self._extend(texts, rows)
+        self.calls += 1
+        session = self._session
+        by_row = {c.prompt_index * session.n + c.sample_index: c for c in session.run()}
+        replies = []
+        for text, row in zip(texts, rows):
+            c = by_row[row]
+            # An end-of-turn token ended the row: it is in the cache, so it belongs to the row's text.
+            end = self.tokenizer.decode([int(c.tokens[-1])]) if c.finish_reason == "eos" else ""
+            self._row_text[row] = text + c.text + end
+            replies.append(Reply(c.text, prompt_tokens=len(session.history[row]) - c.num_tokens,
+                                 completion_tokens=c.num_tokens))
+        return replies
+
+    def _match_rows(self, texts: list[str]) -> list[int] | None:
+        """Session row of each conversation, or None when some conversation extends no row."""
+        if self._session is None:
+            return None
+        free = collections.defaultdict(list)
+        for row, done_text in enumerate(self._row_text):
+            free[done_text].append(row)
+        candidates = sorted(free, key=len, reverse=True)
+        rows = []
+        for text in texts:
+            found = next((t for t in candidates if free[t] and len(text) > len(t) and text.startswith(t)), None)
+            if found is None:
+                return None
+            rows.append(free[found].pop(0))
+        return rows
+
+    def _start(self, texts: list[str]) -> list[int]:
+        """Prefills a new session; returns the row of each conversation."""
+        counts = collections.Counter(texts)
+        k = counts[texts[0]]
+        if k > 1 and all(v == k for v in counts.values()):  # K samples per prompt share one prefill
+            prompts, n = list(counts), k
+        else:
+            prompts, n = texts, 1
+        self._session = self.sampler.start(prompts, self.params.replace(n=n), max_len=self.max_len,
+                                           reserve=self.reserve)
+        self.prefills += 1
+        self._row_text = [p for p in prompts for _ in range(n)]
+        if n == 1:
+            return list(range(len(texts)))
+        index = {p: i for i, p in enumerate(prompts)}
+        taken = collections.Counter()
+        rows = []
+        for t in texts:  # the j-th copy of a prompt takes that prompt's j-th sample
+            rows.append(index[t] * n + taken[t])
+            taken[t] += 1
+        return rows
+
+    def _extend(self, texts: list[str], rows: list[int]) -> None:
+        """Appends each conversation's new suffix to its row's cache."""
+        from reasoner.tokenization import encode
+
+        appends = {row: encode(self.tokenizer, text[len(self._row_text[row]):]) for text, row in zip(texts, rows)}
+        self._session.extend(appends, max_new_tokens=self.params.max_new_tokens)
+        self.continuations += 1
