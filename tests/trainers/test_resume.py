@@ -38,7 +38,7 @@ def _cli(kind, data, workdir, *extra):
             *traces.tiny_overrides(data_dir=data_dir, tokenizer_dir=tok_dir, vocab=vocab), *extra]
 
 
-def _kill_mid_run(cmd, workdir: pathlib.Path, *, timeout=240) -> int:
+def _kill_mid_run(cmd, workdir: pathlib.Path, *, timeout=600) -> int:
     """Starts `cmd`, SIGKILLs it once a step > KILL_AFTER_STEP is logged and a checkpoint is final."""
     log = workdir.parent / f"{workdir.name}.log"  # a file, not a pipe nobody drains
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=ONE_DEVICE_ENV)

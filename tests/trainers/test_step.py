@@ -120,3 +120,10 @@ def test_lora_trains_only_adapters_and_exports_merged(sft_data, tmp_path):
     reloaded = load_model(out)
     np.testing.assert_allclose(np.asarray(reloaded(tokens, positions_BxT=positions)[0]), with_adapters,
                                rtol=1e-4, atol=1e-4)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        hf_logits = hf(input_ids=torch.from_numpy(np.asarray(tokens, np.int64))).logits.numpy()
+    np.testing.assert_allclose(hf_logits, with_adapters, rtol=1e-4, atol=1e-4)
