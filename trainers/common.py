@@ -183,14 +183,3 @@ def sequence_logprobs(model, *, tokens, positions, segment_ids, loss_mask):
     logits, _ = model(tokens, positions_BxT=positions, segment_ids_BxT=segment_ids)
     return token_logprobs(logits, tokens), target_mask(loss_mask, segment_ids)
 
-
-def as_int(x) -> int:
-    return int(jax.device_get(x))
-
-
-def tree_size(tree) -> int:
-    return int(sum(x.size for x in jax.tree.leaves(tree)))
-
-
-def zeros_like_tree(tree):
-    return jax.tree.map(jnp.zeros_like, tree)

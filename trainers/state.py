@@ -1,6 +1,7 @@
 """`TrainState`: the whole mutable state of a training run, a frozen dataclass pytree.
 
-`params` are the trainable parameters only (an `nnx.State`; with LoRA just the adapters), kept
+`params` are the trainable parameters only (a pure dict from `nnx.to_pure_dict`; with LoRA just the
+adapters), kept
 in float32 as master weights; frozen parameters (the base model under LoRA, the DPO reference)
 live outside the state and are passed to the step separately. `opt_state` is optax's state for
 exactly `params`. `rng` is a raw `jax.random` key (uint32[2]) so it checkpoints as a plain array.
@@ -13,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
-from flax import nnx, struct
+from flax import struct
 
 
 @struct.dataclass(frozen=True)
@@ -26,17 +27,6 @@ class TrainState:
     rng: jax.Array
 
 
-def trainable_filter(lora: bool):
-    """NNX filter of the parameters the optimizer updates: LoRA adapters only, or every `nnx.Param`."""
-    return nnx.LoRAParam if lora else nnx.Param
-
-
-def split_model(model: nnx.Module, *, lora: bool):
-    """model -> (graphdef, trainable params, frozen rest). `nnx.merge(graphdef, trainable, frozen)` rebuilds it."""
-    graphdef, trainable, frozen = nnx.split(model, trainable_filter(lora), ...)
-    return graphdef, trainable, frozen
-
-
 def create_state(params: Any, optimizer: optax.GradientTransformation, *, seed: int) -> TrainState:
     """A fresh state at step 0 with f32 master copies of `params` and optax's initial state."""
     params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
@@ -46,12 +36,3 @@ def create_state(params: Any, optimizer: optax.GradientTransformation, *, seed: 
         opt_state=optimizer.init(params),
         rng=jax.random.key_data(jax.random.key(seed)),
     )
-
-
-def cast_floating(tree: Any, dtype) -> Any:
-    """Casts every floating leaf to `dtype` (bf16 compute copies of f32 master weights)."""
-    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
-
-
-def count_params(tree: Any) -> int:
-    return int(sum(x.size for x in jax.tree.leaves(tree)))

@@ -16,7 +16,7 @@ the mesh with the row axis split over the data axes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import grain
 import jax
@@ -253,7 +253,3 @@ def to_global_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.A
         out[key] = jax.make_array_from_callback(value.shape, sharding, lambda idx, v=value: v[idx])
     return out
 
-
-def map_rows(rows: dict[str, np.ndarray], fn: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]):
-    """Applies `fn` to the row dict and returns the merged dict (adds derived per-row fields)."""
-    return {**rows, **fn(rows)}
