@@ -109,3 +109,15 @@ def test_remat_gives_same_values_and_gradients():
     assert len(leaves) == len(jax.tree.leaves(g_remat)) and max(float(jnp.abs(g).max()) for g in leaves) > 0
     for a, b in zip(leaves, jax.tree.leaves(g_remat)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+def test_chunked_token_logprobs_equal_log_softmax_of_full_logits(model):
+    from reasoner.models.scoring import token_logprobs
+
+    tokens = jnp.asarray(np.random.default_rng(4).integers(0, 64, (3, 37)))
+    graphdef, state = nnx.split(model)
+    logp = jax.jit(lambda s, t: token_logprobs(nnx.merge(graphdef, s), t, chunk=8))(state, tokens)
+    logits, _ = jitted(model)(tokens, jnp.broadcast_to(jnp.arange(37), (3, 37)))
+    ref = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits[:, :-1])), np.asarray(tokens)[:, 1:, None], -1)[..., 0]
+    np.testing.assert_allclose(np.asarray(logp)[:, :-1], ref, atol=1e-5)
+    assert (np.asarray(logp)[:, -1] == 0).all()
