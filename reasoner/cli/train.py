@@ -1,6 +1,6 @@
 """`reasoner train --config configs/<file>.py[:variant] [--config.a.b=v ...] --workdir DIR`.
 
-Picks the trainer from the config file name (`sft_*` -> SFT, `dpo_*` -> DPO) or `--trainer`. If DIR
+Picks the trainer from the config file name (`sft_*` -> SFT, `dpo_*` -> DPO, `grpo_*` -> GRPO) or `--trainer`. If DIR
 already holds checkpoints the run resumes from the newest one (exactly: same batches, same losses).
 Shows a progress bar with loss and tokens/s; writes DIR/metrics.jsonl and DIR/curves.png.
 """
@@ -11,12 +11,12 @@ import argparse
 import pathlib
 import sys
 
-TRAINERS = ("sft", "dpo")
+TRAINERS = ("sft", "dpo", "grpo")
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "train", help="run or resume SFT / DPO from a config file",
+        "train", help="run or resume SFT / DPO / GRPO from a config file",
         description="Train with a Python config file; --config.KEY=VALUE overrides any config entry.")
     parser.add_argument("--config", required=True, metavar="FILE[:VARIANT]",
                         help="config file and optional variant, e.g. configs/sft_astar.py:tiny")
@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     name = trainer_for(args.config, args.trainer)
     if name == "sft":
         from trainers import sft as trainer
+    elif name == "grpo":
+        from trainers import grpo as trainer
     else:
         from trainers import dpo as trainer
     result = trainer.train(config, workdir=args.workdir, progress=not args.no_progress)
