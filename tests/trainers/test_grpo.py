@@ -6,8 +6,10 @@ vocabulary (tests/trainers/traces.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pathlib
+import time
 
 import jax
 import jax.numpy as jnp
@@ -94,72 +96,96 @@ def padded(rows, width):
     return out
 
 
-@pytest.mark.parametrize("loss_type", gl.LOSS_TYPES)
-def test_step_loss_advantages_and_kl_match_numpy_trl(tok_dir, loss_type):
-    budget, A = 12, 2
-    cfg = tiny(tok_dir, f"--config.grpo.loss_type={loss_type}", "--config.grpo.beta=0.04",
-               "--config.grpo.num_iterations=2", f"--config.grpo.grad_accum={A}", "--config.grpo.mask_truncated=True",
-               f"--config.grpo.max_new_tokens={budget}", "--config.grpo.epsilon_high=0.28",
-               "--config.grpo.temperature=0.7")
+BUDGET, A = 12, 2
+
+
+@pytest.fixture(scope="module")
+def wired(tok_dir):
+    """One build for the wiring tests: (parts, a pristine copy of the initial state; steps donate theirs)."""
+    cfg = tiny(tok_dir, "--config.grpo.beta=0.04", "--config.grpo.num_iterations=2", f"--config.grpo.grad_accum={A}",
+               "--config.grpo.mask_truncated=True", f"--config.grpo.max_new_tokens={BUDGET}",
+               "--config.grpo.epsilon_high=0.28", "--config.grpo.temperature=0.7")
     parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
     # A reference that differs from the policy, so the KL term is not trivially 0.
     parts["ref"] = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.key(1), x.shape), parts["ref"])
+    return parts, jax.tree.map(jnp.copy, parts["state"])
+
+
+def with_loss_type(parts, loss_type):
+    parts["loss_cfg"] = dataclasses.replace(parts["loss_cfg"], loss_type=loss_type)
+    parts["step_fns"].clear()  # the loss settings are baked into the compiled step
+
+
+@pytest.mark.parametrize("loss_type", gl.LOSS_TYPES)
+def test_step_loss_advantages_and_kl_match_numpy_trl(wired, loss_type):
+    from reasoner.data.pipeline import to_global_batch
+
+    parts, initial = wired
+    with_loss_type(parts, loss_type)
     r = fixed_rollout()
     rewards = np.array([1.0, 0.0, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25], np.float32)  # second group all equal
     adv, stats = grpo.advantages(rewards, num_generations=G, scale_rewards="group")
     np.testing.assert_allclose(adv, np_advantages(rewards, num_generations=G, scale_rewards="group"), atol=1e-6)
     assert np.all(adv[4:] == 0.0) and stats["frac_reward_zero_std"] == 0.5
 
-    host = grpo.pack(r, adv, prompt_len=8, budget=budget, grad_accum=A, pad_id=0, mask_truncated=True)
-    from reasoner.data.pipeline import to_global_batch
-
+    host = grpo.pack(r, adv, prompt_len=8, budget=BUDGET, grad_accum=A, pad_id=0, mask_truncated=True)
     no_ref = {k: v for k, v in host.items() if k not in ("advantages", "truncated")}
     ref_logps = grpo.reference_fn(parts, prompt_len=8)(parts["ref"], parts["rest"], to_global_batch(no_ref,
                                                                                                  parts["mesh"]))
-    policy = nnx.merge(parts["graphdef"], parts["state"].params, parts["rest"])
+    policy = nnx.merge(parts["graphdef"], initial.params, parts["rest"])
     reference = nnx.merge(parts["graphdef"], parts["ref"], parts["rest"])
-    logps = padded(independent_logps(policy, r, temperature=0.7), budget)
-    ref = padded(independent_logps(reference, r, temperature=0.7), budget)
-    in_completion = host["completion_mask"].reshape(-1, budget) > 0
-    np.testing.assert_allclose(np.asarray(ref_logps).reshape(-1, budget)[in_completion], ref[in_completion], atol=2e-5)
+    logps = padded(independent_logps(policy, r, temperature=0.7), BUDGET)
+    ref = padded(independent_logps(reference, r, temperature=0.7), BUDGET)
+    in_completion = host["completion_mask"].reshape(-1, BUDGET) > 0
+    np.testing.assert_allclose(np.asarray(ref_logps).reshape(-1, BUDGET)[in_completion], ref[in_completion], atol=2e-5)
 
-    mask = host["loss_mask"].reshape(-1, budget)
-    expected_mask = padded([m * (0.0 if t else 1.0) for m, t in zip(r.tool_mask, r.truncated)], budget)
+    mask = host["loss_mask"].reshape(-1, BUDGET)
+    expected_mask = padded([m * (0.0 if t else 1.0) for m, t in zip(r.tool_mask, r.truncated)], BUDGET)
     np.testing.assert_array_equal(mask, expected_mask)
-    old = host["old_logps"].reshape(-1, budget)
+    old = host["old_logps"].reshape(-1, BUDGET)
     num_items = float(mask.sum())
-    loss_cfg = parts["loss_cfg"]
     want_loss, want_kl = 0.0, 0.0
-    for a in range(A):
+    for a in range(A):  # TRL: each micro-batch normalised with gradient_accumulation_steps = steps_per_generation = A
         rows = slice(a * (2 * G // A), (a + 1) * (2 * G // A))
-        lo, m = np_trl_loss(logps[rows], old[rows], ref[rows], adv[rows], mask[rows], cfg=loss_cfg,
+        lo, m = np_trl_loss(logps[rows], old[rows], ref[rows], adv[rows], mask[rows], cfg=parts["loss_cfg"],
                             num_items=num_items, ga=A, spg=A)
         want_loss += lo
         want_kl += m["kl"] / A
 
     batch = to_global_batch(host, parts["mesh"])
     batch["ref_logps"] = ref_logps
-    state, metrics = grpo.step_fn(parts, prompt_len=8)(parts["state"], parts["rest"], batch)
+    if loss_type == "dapo":  # the whole jitted step (TRL's default loss); the step code is loss-type agnostic
+        state = jax.tree.map(jnp.copy, initial)
+        state, metrics = grpo.step_fn(parts, prompt_len=8)(state, parts["rest"], batch)
+        assert float(metrics["denom"]) == num_items and int(state.step) == 1
+    else:  # the trainer's loss function over the micro-batches (compiles faster than the step)
+        c = parts["config"].grpo
+        loss_fn = jax.jit(grpo.grpo_loss_fn(parts["graphdef"], parts["loss_cfg"], prompt_len=8,
+                                            temperature=float(c.temperature), grad_accum=A, num_iterations=2))
+        metrics = {"loss": 0.0, "kl": 0.0}
+        for a in range(A):
+            mb = jax.tree.map(lambda x, a=a: x[a], batch)
+            loss, sums = loss_fn(initial.params, parts["rest"], mb, jnp.float32(num_items))
+            metrics["loss"] += float(loss)
+            metrics["kl"] += float(sums["kl"])
     np.testing.assert_allclose(float(metrics["loss"]), want_loss, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(float(metrics["kl"]), want_kl, rtol=1e-5, atol=1e-7)
-    assert float(metrics["denom"]) == num_items and int(state.step) == 1
 
 
-def test_all_truncated_batch_with_masking_has_zero_loss_and_no_update(tok_dir):
-    cfg = tiny(tok_dir, "--config.grpo.mask_truncated=True", "--config.grpo.beta=0.04",
-               "--config.grpo.max_new_tokens=12")
-    parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
-    r = fixed_rollout(truncated=range(2 * G))
-    adv, _ = grpo.advantages(np.arange(2 * G, dtype=np.float32), num_generations=G, scale_rewards="group")
-    host = grpo.pack(r, adv, prompt_len=8, budget=12, grad_accum=1, pad_id=0, mask_truncated=True)
+def test_all_truncated_batch_with_masking_has_zero_loss_and_no_update(wired):
     from reasoner.data.pipeline import to_global_batch
 
-    before = jax.tree.map(np.asarray, parts["state"].params)
+    parts, initial = wired
+    r = fixed_rollout(truncated=range(2 * G))
+    adv, _ = grpo.advantages(np.arange(2 * G, dtype=np.float32), num_generations=G, scale_rewards="group")
+    host = grpo.pack(r, adv, prompt_len=8, budget=BUDGET, grad_accum=A, pad_id=0, mask_truncated=True)
+    assert host["loss_mask"].sum() == 0
     batch = to_global_batch(host, parts["mesh"])
     batch["ref_logps"] = jnp.zeros_like(batch["old_logps"])
-    state, metrics = grpo.step_fn(parts, prompt_len=8)(parts["state"], parts["rest"], batch)
+    state, metrics = grpo.step_fn(parts, prompt_len=8)(jax.tree.map(jnp.copy, initial), parts["rest"], batch)
     assert float(metrics["loss"]) == 0.0 and float(metrics["grad_norm"]) == 0.0 and float(metrics["skipped"]) == 0
-    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, state.params), before)
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, state.params),
+                 jax.tree.map(np.asarray, initial.params))
 
 
 def test_sharded_step_equals_unsharded(tok_dir):
@@ -298,12 +324,17 @@ def test_lora_trains_only_adapters_against_the_adapter_free_base(tok_dir):
     assert leaves and all(str(path[-1].key) in ("a", "b") for path, _ in leaves)
     assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree.leaves(parts["ref"]))
     rest_before = jax.tree.map(np.asarray, parts["rest"])
+    def hangs(completions, *, examples):  # a verifier that never answers in time
+        time.sleep(2.0)
+        return [1.0] * len(completions)
+
     reward = CompositeReward([WeightedReward("len", lambda cs, *, examples: [
-        float(len(completion_text(c).split())) for c in cs])])
+        float(len(completion_text(c).split())) for c in cs]), WeightedReward("slow", hangs, 1.0, timeout_s=0.2)])
     examples = [{"prompt": "say something"}, {"prompt": "one two three"}]
     state, m = grpo.generation_step(parts, parts["state"], examples=examples, reward=reward, tool=None, seed=0)
     reward.close()
     assert abs(m["kl"]) < 1e-6 and np.isfinite(m["loss"]) and m["skipped"] == 0
+    assert m["reward_failures/slow"] == 2 * G and m["rewards/slow"] == 0.0  # timeouts score 0 and are counted
     b_after = [np.asarray(x) for path, x in jax.tree_util.tree_flatten_with_path(state.params)[0]
                if str(path[-1].key) == "b"]
     assert max(float(np.abs(b).max()) for b in b_after) > 0
