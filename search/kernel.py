@@ -84,13 +84,24 @@ def astar_core(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_
     stamp = jnp.full((b, n), -1, jnp.int32).at[rows, ax_col].set(
         jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)), mode="drop")
     live = jnp.zeros((b, n), bool).at[rows, ax_col].set(True, mode="drop")
-    state = dict(q=queue.init(f, h_BxN, stamp, live), w=w, chart=jnp.zeros((b, n), bool),
+    k = premises_BxMxK.shape[2]
+    # per atom, its out-edges' premises and heads as contiguous rows: a pop reads three slices, not three
+    # dependent element gathers
+    oe = out_edges_BxNxD.reshape(b, n * d)
+    out_prem = _take(premises_BxMxK.reshape(b, m * k), oe[:, :, None] * k + jnp.arange(k))
+    out_prem = jnp.where((oe >= 0)[:, :, None], out_prem, -1).reshape(b, n, d * k)
+    out_head = jnp.where(oe >= 0, _take(head_BxM, oe), -1).reshape(b, n, d)
+    # cw = weight of chart items, inf off the chart: one gather answers "in the chart?" and "with what weight?"
+    state = dict(q=queue.init(f, h_BxN, stamp, live), w=w, cw=jnp.full((b, n), _INF, jnp.float32),
                  counter=jnp.sum(ax_ok, axis=1, dtype=jnp.int32), trace=jnp.full((b, m), -1, jnp.int32),
                  n_trace=jnp.zeros((b,), jnp.int32), popped=jnp.full((b, n), -1, jnp.int32),
                  popped_f=jnp.full((b, n), _INF, jnp.float32), n_pops=jnp.zeros((b,), jnp.int32),
                  done=jnp.zeros((b,), bool), proved=jnp.zeros((b,), bool))
     earlier_DxD = jnp.tril(jnp.ones((d, d), bool), k=-1)  # [j, i]: i comes before j
     later_DxD = earlier_DxD.T
+
+    def row(x_BxNxL, a_B):
+        return jnp.take_along_axis(x_BxNxL, jnp.clip(a_B, 0, n - 1)[:, None, None], axis=1)[:, 0]
 
     def cond(s):
         return jnp.any(~s["done"])
@@ -100,22 +111,21 @@ def astar_core(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_
         ok = ok & ~s["done"]
         done = s["done"] | ~ok
         a_col = jnp.where(ok, a, n)[:, None]
-        chart = s["chart"].at[rows, a_col].set(True, mode="drop")
+        cw = s["cw"].at[rows, a_col].set(_take(s["w"], a[:, None]), mode="drop")
         slot = jnp.where(ok, s["n_pops"], n)[:, None]
         popped = s["popped"].at[rows, slot].set(a[:, None], mode="drop")
         popped_f = s["popped_f"].at[rows, slot].set(fa[:, None], mode="drop")
         is_goal = ok & (a == goal_B)
         expand = ok & ~is_goal
-        es = _take(out_edges_BxNxD.reshape(b, n * d), a[:, None] * d + jnp.arange(d)[None, :])  # [B, D]
+        es = row(out_edges_BxNxD, a)  # [B, D]
         ev = (es >= 0) & expand[:, None]
-        prem = _take(premises_BxMxK.reshape(b, -1), es[:, :, None] * premises_BxMxK.shape[2]
-                     + jnp.arange(premises_BxMxK.shape[2]))  # [B, D, K]
-        prem = jnp.where(ev[:, :, None], prem, -1)
+        prem = jnp.where(ev[:, :, None], row(out_prem, a).reshape(b, d, k), -1)  # [B, D, K]
         pm = prem >= 0
-        all_in = jnp.all(_take(chart, prem) | ~pm, axis=2)
-        c = _take(head_BxM, es)
-        cand = ev & all_in & ~_take(chart, c)
-        pw = jnp.where(pm, _take(s["w"], prem), 0.0)
+        pcw = _take(cw, prem)
+        all_in = jnp.all((pcw < _INF) | ~pm, axis=2)
+        c = row(out_head, a)
+        cand = ev & all_in & ~(_take(cw, c) < _INF)
+        pw = jnp.where(pm, pcw, 0.0)
         g = 1.0 + (jnp.max(pw, axis=2) if cost == "max" else jnp.sum(pw, axis=2))
         same = (c[:, None, :] == c[:, :, None]) & cand[:, None, :]  # [B, j, i]
         prior = jnp.min(jnp.where(same & earlier_DxD, g[:, None, :], _INF), axis=2)
@@ -129,7 +139,7 @@ def astar_core(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_
         tpos = jnp.where(push, s["n_trace"][:, None] + rank, m)
         trace = s["trace"].at[rows, tpos].set(es, mode="drop")
         n_push = jnp.sum(push, axis=1, dtype=jnp.int32)
-        return dict(q=q, w=w, chart=chart, counter=s["counter"] + n_push, trace=trace, n_trace=s["n_trace"] + n_push,
+        return dict(q=q, w=w, cw=cw, counter=s["counter"] + n_push, trace=trace, n_trace=s["n_trace"] + n_push,
                     popped=popped, popped_f=popped_f, n_pops=s["n_pops"] + ok.astype(jnp.int32),
                     done=done | is_goal, proved=s["proved"] | is_goal)
 

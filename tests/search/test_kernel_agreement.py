@@ -85,14 +85,14 @@ def test_search_and_heuristics_match_host_sharded(corpus, mesh, group):
 
 
 def test_blocked_queue_matches_host_on_deeprd(corpus, mesh):
-    problems = corpus["deeprd"][:512]
+    problems = corpus["deeprd"][:256]
     batch = _device_batch(problems, mesh)
     res = astar_batch(batch, heuristic="zero", queue="blocked", mesh=mesh)
     _assert_same_search(problems, res, _host(problems, "zero"), what="deeprd/zero/blocked")
 
 
 def test_sum_cost_matches_host(corpus, mesh):
-    problems = corpus["small"][:1024]
+    problems = corpus["small"][:512]
     batch = _device_batch(problems, mesh)
     for heuristic in HEURISTICS:
         res = astar_batch(batch, heuristic=heuristic, cost="sum", mesh=mesh)
