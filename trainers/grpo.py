@@ -383,15 +383,33 @@ def pack(r: Rollout, adv_B: np.ndarray, *, prompt_len: int, budget: int, grad_ac
     return {k: v.reshape(A, B // A, *v.shape[1:]) for k, v in out.items()}
 
 
-def completion_logps(model, mb: Mapping, *, prompt_len: int, temperature: float):
+LOGITS_CHUNK = 32  # completion positions projected to the vocabulary at a time
+
+
+def completion_logps(model, mb: Mapping, *, prompt_len: int, temperature: float, chunk: int | None = None):
     """(log-probs, entropies) [B, N] of the completion tokens under `model` at the sampling temperature.
 
-    Only the N positions that predict completion tokens are projected to the vocabulary (not P + N).
+    Only the N positions that predict completion tokens are projected to the vocabulary, `chunk` positions at a
+    time under `jax.checkpoint`, so neither the forward nor the backward pass holds [B, N, V] logits at once.
     """
     hidden, _ = model.hidden_states(mb["tokens"], positions_BxT=mb["positions"], segment_ids_BxT=mb["segment_ids"])
-    N = mb["completion_ids"].shape[1]
-    logits = model.logits(jax.lax.dynamic_slice_in_dim(hidden, prompt_len - 1, N, axis=1))
-    return gl.token_logps_and_entropy(logits, mb["completion_ids"], temperature=temperature)
+    ids_BxN = mb["completion_ids"]
+    B, N = ids_BxN.shape
+    h_BxNxD = jax.lax.dynamic_slice_in_dim(hidden, prompt_len - 1, N, axis=1)
+    C = min(chunk or LOGITS_CHUNK, N)
+    n = -(-N // C)
+    pad = n * C - N
+    h = jnp.pad(h_BxNxD, ((0, 0), (0, pad), (0, 0))).reshape(B, n, C, -1).swapaxes(0, 1)
+    y = jnp.pad(ids_BxN, ((0, 0), (0, pad))).reshape(B, n, C).swapaxes(0, 1)
+
+    @jax.checkpoint
+    def one(args):
+        h_BxCxD, y_BxC = args
+        return gl.token_logps_and_entropy(model.logits(h_BxCxD), y_BxC, temperature=temperature)
+
+    logps, entropy = jax.lax.map(one, (h, y))
+    unchunk = lambda x: x.swapaxes(0, 1).reshape(B, n * C)[:, :N]  # noqa: E731
+    return unchunk(logps), unchunk(entropy)
 
 
 def grpo_loss_fn(graphdef, loss_cfg: gl.GRPOLossConfig, *, prompt_len: int, temperature: float, grad_accum: int,

@@ -108,7 +108,9 @@ def wired(tok_dir):
     parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
     # A reference that differs from the policy, so the KL term is not trivially 0.
     parts["ref"] = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.key(1), x.shape), parts["ref"])
-    return parts, jax.tree.map(jnp.copy, parts["state"])
+    saved, grpo.LOGITS_CHUNK = grpo.LOGITS_CHUNK, 5  # 12 completion positions -> 3 vocabulary chunks, one padded
+    yield parts, jax.tree.map(jnp.copy, parts["state"])
+    grpo.LOGITS_CHUNK = saved
 
 
 def with_loss_type(parts, loss_type):
