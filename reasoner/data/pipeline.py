@@ -250,6 +250,12 @@ def to_global_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.A
     out = {}
     for key, value in batch.items():
         sharding = batch_sharding(mesh, ndim=value.ndim)
+        parts = sharding.mesh.shape
+        split = int(np.prod([parts[a] for a in BATCH_AXES if a in parts]))
+        if value.shape[1] % split:
+            raise ValueError(
+                f"batch field {key!r} has {value.shape[1]} rows per micro-batch, which the mesh's data axes "
+                f"(data x fsdp = {split}) do not divide; expected train.batch_size to be a multiple of {split}")
         out[key] = jax.make_array_from_callback(value.shape, sharding, lambda idx, v=value: v[idx])
     return out
 

@@ -117,3 +117,17 @@ def test_chat_jsonl_builder_round_trip_and_errors(tmp_path):
         empty = tmp_path / "empty"
         empty.mkdir()
         build_chat_dataset(empty, kind="sft", data_dir=tmp_path / "tfds2")
+
+
+def test_global_batch_rows_split_over_data_axes_or_clear_error():
+    import jax
+
+    from reasoner.data.pipeline import to_global_batch
+    from reasoner.sharding import make_mesh
+
+    mesh = make_mesh("data=2,fsdp=2,tensor=2")
+    out = to_global_batch({"tokens": np.arange(32, dtype=np.int32).reshape(1, 8, 4)}, mesh)["tokens"]
+    assert out.sharding.spec[1] == ("data", "fsdp") and len(out.sharding.device_set) == jax.device_count()
+    np.testing.assert_array_equal(np.asarray(out), np.arange(32).reshape(1, 8, 4))
+    with pytest.raises(ValueError, match="multiple of 4"):
+        to_global_batch({"tokens": np.zeros((1, 6, 4), np.int32)}, mesh)
