@@ -178,9 +178,16 @@ def _over_batch(fn, mesh, axis: str, n_args: int):
     return _over_shards(jax.vmap(fn), mesh, axis, n_args)
 
 
-def _check_mesh(batch: ProblemBatch, mesh, axis: str) -> None:
+def _check_mesh(batch: ProblemBatch, mesh, axis) -> None:
+    """`axis` is a mesh axis name or a tuple of names (e.g. ("data", "fsdp")) that together split the batch."""
     if mesh is not None:
-        shards = mesh.shape[axis]
+        names = axis if isinstance(axis, tuple) else (axis,)
+        missing = [a for a in names if a not in mesh.shape]
+        if missing:
+            raise ValueError(f"mesh axes {missing} not in the mesh {dict(mesh.shape)} (expected the batch axis)")
+        shards = 1
+        for a in names:
+            shards *= mesh.shape[a]
         if batch.batch % shards:
             raise ValueError(f"batch of {batch.batch} problems does not split over mesh axis {axis!r} of size "
                              f"{shards}: pack with pack_batch(..., pad_batch_to={shards})")

@@ -181,6 +181,18 @@ def test_bad_hypergraph_arrays_and_batches():
         astar_batch(pack_batch([HAND] * 3), mesh=mesh)
 
 
+def test_batch_split_over_the_project_mesh_data_and_fsdp_axes():
+    from reasoner.sharding import make_mesh
+
+    mesh = make_mesh("data=2,fsdp=4")
+    batch = pack_batch([HAND] * 8)
+    res = astar_batch(batch, mesh=mesh, axis=("data", "fsdp"))
+    assert res.trace_BxM.sharding.spec == jax.sharding.PartitionSpec(("data", "fsdp"))
+    assert res.trace_BxM[:, :3].tolist() == [[0, 1, 4]] * 8 and res.pops_B.tolist() == [5] * 8
+    with pytest.raises(ValueError, match=r"mesh axes \['rows'\] not in the mesh"):
+        astar_batch(batch, mesh=mesh, axis="rows")
+
+
 @pytest.mark.parametrize("value", [np.nan, -1.0])
 def test_nan_or_negative_given_heuristic_raises(value):
     batch = pack_batch([HAND, HAND])
