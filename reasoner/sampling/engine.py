@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from reasoner.models.decoder import KVCache
+from reasoner.sampling.fast_decode import decode_logits, swap_cache_layout, to_heads_major
 from reasoner.sampling.processors import DecodeSpec, choose_tokens
 
 RUNNING, EOS, LENGTH = 0, 1, 2
@@ -37,8 +38,8 @@ RUNNING, EOS, LENGTH = 0, 1, 2
 class DecodeState:
     """Everything a decode chunk reads and writes (B rows, N = max new tokens of the turn).
 
-    cache: KV cache of `alloc_len` slots; `index_B` is each row's length (= next write slot =
-      RoPE position of the pending token).
+    cache: KV cache of `alloc_len` slots, heads-major [B, KV, S, Dh] (see `fast_decode`);
+      `index_B` is each row's length (= next write slot = RoPE position of the pending token).
     pending_B: the last drawn token of each row, not yet written to the cache.
     count_B / limit_B: tokens drawn this turn / allowed this turn.
     tokens_BxN, sample_logp_BxN, model_logp_BxN: this turn's draws.
@@ -110,8 +111,8 @@ def prefill(graphdef, params, tokens_PxT, segment_ids_PxT, lengths_P, keys_B, eo
     last_PxD = jnp.take_along_axis(hidden_PxTxD, (lengths_P - 1)[:, None, None], axis=1)
     logits_BxV = jnp.repeat(model.logits(last_PxD)[:, 0], n, axis=0)
 
-    def widen(x_PxTxKxD):  # share the prompt cache among the n samples and pad to the full length
-        x = jnp.pad(jnp.repeat(x_PxTxKxD, n, axis=0), ((0, 0), (0, alloc_len - T), (0, 0), (0, 0)))
+    def widen(x_PxTxKxD):  # share the prompt cache among the n samples, pad to the full length
+        x = jnp.pad(jnp.repeat(to_heads_major(x_PxTxKxD), n, axis=0), ((0, 0), (0, 0), (0, alloc_len - T), (0, 0)))
         return x if kv_sharding is None else jax.lax.with_sharding_constraint(x, kv_sharding)
 
     lengths_B = jnp.repeat(lengths_P, n)
@@ -133,23 +134,22 @@ def prefill(graphdef, params, tokens_PxT, segment_ids_PxT, lengths_P, keys_B, eo
     return _record(state, *drawn, jnp.ones((B,), bool))
 
 
-def _step(model, spec: DecodeSpec, state: DecodeState) -> DecodeState:
+def _step(model, head_DxV, spec: DecodeSpec, state: DecodeState) -> DecodeState:
     """One decode step for every row (done rows compute too, but change nothing of theirs)."""
     active = ~state.done_B
-    cache = state.cache
-    index = cache.index_B
-    logits, cache = model(state.pending_B[:, None], positions_BxT=index[:, None],
-                          segment_ids_BxT=jnp.ones_like(index)[:, None], cache=cache)
+    index = state.cache.index_B
+    logits_BxV, cache = decode_logits(model, head_DxV, state.pending_B, state.cache)
     new_index = jnp.where(active, index + 1, index)
     state = state.replace(cache=cache.replace(index_B=new_index))
-    drawn = choose_tokens(logits[:, 0], state.keys_B, new_index, spec=spec, temperature=state.temperature,
+    drawn = choose_tokens(logits_BxV, state.keys_B, new_index, spec=spec, temperature=state.temperature,
                           top_p=state.top_p)
     return _record(state, *drawn, active)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "spec"), donate_argnums=(2,))
-def decode_chunk(graphdef, params, state: DecodeState, num_steps, *, spec: DecodeSpec) -> DecodeState:
-    """Runs up to `num_steps` decode steps (a traced int: any chunk size, one compile)."""
+def decode_chunk(graphdef, params, state: DecodeState, num_steps, head_DxV, *, spec: DecodeSpec) -> DecodeState:
+    """Runs up to `num_steps` decode steps (a traced int: any chunk size, one compile).
+    `head_DxV`: the vocabulary projection as [D, V] (`fast_decode.lm_head_DxV`)."""
     model = nnx.merge(graphdef, params)
 
     def cond(carry):
@@ -158,7 +158,7 @@ def decode_chunk(graphdef, params, state: DecodeState, num_steps, *, spec: Decod
 
     def body(carry):
         step, s = carry
-        return step + 1, _step(model, spec, s)
+        return step + 1, _step(model, head_DxV, spec, s)
 
     _, state = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state))
     return state
@@ -176,8 +176,10 @@ def extend(graphdef, params, state: DecodeState, tokens_BxC, lengths_B, draw_B, 
     index = cache.index_B
     slots = jnp.arange(C, dtype=jnp.int32)[None, :]
     segments = (slots < lengths_B[:, None]).astype(jnp.int32)
+    # Continuations are rare (once per turn): the general forward on the decoder's layout.
     hidden, cache = model.hidden_states(tokens_BxC, positions_BxT=index[:, None] + slots, segment_ids_BxT=segments,
-                                        cache=cache)
+                                        cache=swap_cache_layout(cache))
+    cache = swap_cache_layout(cache)
     last = jnp.take_along_axis(hidden, jnp.maximum(lengths_B - 1, 0)[:, None, None], axis=1)
     logits_BxV = model.logits(last)[:, 0]
     new_index = index + lengths_B

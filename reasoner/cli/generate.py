@@ -1,0 +1,97 @@
+"""`reasoner generate --model M --input prompts.jsonl --output out.jsonl [-n 4 --temperature 0.7 ...]`.
+
+Input lines: {"prompt": "user text"} (rendered with the chat template), {"messages": [...]}, or
+{"ids": [token ids]} (used as is). Output: one line per sample, in input order, with the input's
+line number, the sample index, text, tokens, finish reason and both log-prob lists.
+"""
+
+from __future__ import annotations
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="batched sampling over a JSONL file of prompts")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="preset name, .gguf file or HF directory")
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("-n", type=int, default=1, help="samples per prompt (one shared prefill)")
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-len", type=int, default=None, help="cache slots per row (default: bucketed)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--batch-size", type=int, default=16, help="prompts per device batch")
+    p.add_argument("--mesh", default=None, help="e.g. fsdp=4,tensor=2 (shards params and cache)")
+    p.set_defaults(func=run)
+
+
+def _read_prompts(path: str, tokenizer) -> list[list[int]]:
+    import json
+
+    from reasoner.tokenization import chat_ids
+
+    prompts = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
+            if not isinstance(item, dict):
+                raise ValueError(f"{path}:{number}: expected an object with 'prompt', 'messages' or 'ids'")
+            if "ids" in item:
+                prompts.append([int(t) for t in item["ids"]])
+            elif "messages" in item:
+                prompts.append(chat_ids(tokenizer, item["messages"]))
+            elif "prompt" in item:
+                prompts.append(chat_ids(tokenizer, [{"role": "user", "content": str(item["prompt"])}]))
+            else:
+                raise ValueError(f"{path}:{number}: expected a key 'prompt', 'messages' or 'ids'")
+    if not prompts:
+        raise ValueError(f"{path}: no prompts")
+    return prompts
+
+
+def run(args) -> int:
+    import json
+    import sys
+
+    from tqdm import tqdm
+
+    from reasoner.models import load_model
+    from reasoner.models.presets import resolve
+    from reasoner.sampling import Sampler, SamplingParams
+    from reasoner.tokenization import load_tokenizer
+
+    path = resolve(args.model)
+    tokenizer = load_tokenizer(path)
+    try:
+        params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                                top_p=args.top_p, n=args.n, seed=args.seed, stop=tuple(args.stop))
+        prompts = _read_prompts(args.input, tokenizer)
+        if args.batch_size < 1:
+            raise ValueError(f"--batch-size={args.batch_size}: expected >= 1")
+    except (ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    mesh = None
+    if args.mesh:
+        from reasoner.sharding import make_mesh
+
+        mesh = make_mesh(args.mesh)
+    sampler = Sampler(load_model(path, mesh=mesh), tokenizer, mesh=mesh)
+    total = len(prompts) * params.n * params.max_new_tokens
+    with open(args.output, "w") as out, tqdm(total=total, unit="tok", desc="generate", file=sys.stderr) as bar:
+        for start in range(0, len(prompts), args.batch_size):
+            batch = prompts[start:start + args.batch_size]
+            session = sampler.start(batch, params.replace(seed=params.seed + start), max_len=args.max_len)
+            completions = session.run(on_chunk=bar.update, chunk_steps=32)
+            bar.update(len(batch) * params.n * params.max_new_tokens - sum(c.num_tokens for c in completions))
+            for c in completions:
+                record = c.to_json()
+                record["line"] = start + c.prompt_index
+                out.write(json.dumps(record) + "\n")
+    return 0
