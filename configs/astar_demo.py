@@ -28,7 +28,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.model = sft.model
     c.data = ml_collections.ConfigDict(dict(
         dataset="deeprd", seed=0, min_lookahead=2, max_lookahead=3, min_branches=2, max_branches=3,
-        extra_ratio=0.0, max_degree=3, train=96, validation=8, test=64, heuristic="dependency"))
+        extra_ratio=0.0, max_degree=3, train=96, validation=8, test=64, heuristic="dependency",
+        records="", tfds_name="", tfds_dir=""))  # records / tfds_name: read records instead of generating DeepRD
     c.sft = ml_collections.ConfigDict(dict(
         enabled=True, data=sft.data, optim=sft.optim, train=sft.train, lora=sft.lora))
     c.sft.data.seq_len = 512
@@ -59,15 +60,16 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
     if variant in (None, "cpu"):
         return c
     if variant == "tiny":
+        # Batches are multiples of 8 so the variant also runs on 8 simulated devices (tests), not only on one.
         c.model.name = ""
         c.model.tokenizer = "smollm2-135m-instruct"
-        c.data.update(dict(train=12, validation=4, test=4))
-        c.sft.data.seq_len = 512
+        c.data.update(dict(train=8, validation=4, test=4))
+        c.sft.data.seq_len = 384
         c.sft.optim.lr = 3e-3
-        c.sft.train.batch_size = 4
+        c.sft.train.batch_size = 8
         c.grpo.grpo.max_new_tokens = 16
         c.grpo.grpo.num_generations = 2
-        c.grpo.grpo.prompts_per_step = 2
+        c.grpo.grpo.prompts_per_step = 4
         c.grpo.train.num_steps = 1
         c.grpo.optim.lr = 1e-3
         c.eval.max_new_tokens = 16

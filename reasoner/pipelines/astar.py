@@ -34,19 +34,46 @@ def _log(msg: str) -> None:
     print(f"[astar] {msg}", flush=True)
 
 
+def _split_records(d, split: str) -> list[dict]:
+    """One split's records: from `data.records` (JSONL: `<dir>/<split>.jsonl` or `<prefix>.<split>.jsonl`, e.g. from
+    `reasoner data build deeprd --jsonl PREFIX`), from the TFDS builder `data.tfds_name` in `data.tfds_dir` (e.g.
+    proofwriter_astar), or generated DeepRD; `data.<split>` > 0 keeps the first that many."""
+    import json
+
+    limit = int(d[split])
+    if d.get("records"):
+        base = pathlib.Path(d.records)
+        path = base / f"{split}.jsonl" if base.is_dir() else pathlib.Path(f"{d.records}.{split}.jsonl")
+        if not path.is_file():
+            raise FileNotFoundError(f"data.records={d.records!r}: {path} does not exist; expected JSONL A* records")
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    elif d.get("tfds_name"):
+        import tensorflow_datasets as tfds
+
+        from reasoner.data.records import decode_record
+
+        builder = tfds.builder(d.tfds_name, data_dir=d.get("tfds_dir") or None, file_format="array_record")
+        source = builder.as_data_source(split=split)
+        rows = [decode_record(source[i]) for i in range(min(len(source), limit) if limit > 0 else len(source))]
+    else:
+        from reasoner.data.deeprd import DeepRDSpec
+
+        if d.dataset != "deeprd":
+            raise ValueError(f"data.dataset={d.dataset!r} without data.records or data.tfds_name: only DeepRD is "
+                             "generated here; expected 'deeprd' or a records source")
+        spec = DeepRDSpec(min_lookahead=d.min_lookahead, max_lookahead=d.max_lookahead, min_branches=d.min_branches,
+                          max_branches=d.max_branches, extra_ratio=d.extra_ratio, max_degree=d.max_degree)
+        return deeprd_records(seed=int(d.seed), split=split, size=limit, spec=spec)
+    return rows[:limit] if limit > 0 else rows
+
+
 def build_data(config, *, out_dir) -> dict:
     """Records and SFT examples of every split (written as JSONL) -> {split: {"records", "problems", "sft"}}."""
-    from reasoner.data.deeprd import DeepRDSpec
-
     d = config.data
-    if d.dataset != "deeprd":
-        raise ValueError(f"data.dataset={d.dataset!r}: the pipeline generates DeepRD splits; expected 'deeprd'")
-    spec = DeepRDSpec(min_lookahead=d.min_lookahead, max_lookahead=d.max_lookahead, min_branches=d.min_branches,
-                      max_branches=d.max_branches, extra_ratio=d.extra_ratio, max_degree=d.max_degree)
     out = pathlib.Path(out_dir)
     splits = {}
     for split in SPLITS:
-        records = deeprd_records(seed=int(d.seed), split=split, size=int(d[split]), spec=spec)
+        records = _split_records(d, split)
         problems = [problem_from_record(r, dataset=d.dataset) for r in records]
         examples = sft_examples(problems, heuristic=d.heuristic)
         write_jsonl(out / "records" / f"{split}.jsonl", records)

@@ -47,8 +47,14 @@ def test_build_data_writes_records_and_a_star_traces(tmp_path):
             assert score_completion(p, ex["completion"]).rewards["astar_dependency"] == 1.0
         assert [r["id"] for r in records] == [p.id for p in splits[split]["problems"]]
     c.data.dataset = "proofwriter"
-    with pytest.raises(ValueError, match="data.dataset='proofwriter'"):
+    with pytest.raises(ValueError, match="data.dataset='proofwriter' without data.records"):
         build_data(c, out_dir=tmp_path / "x")
+    c.data.dataset, c.data.records = "deeprd", str(tmp_path / "records")  # read back what was written
+    again = build_data(c, out_dir=tmp_path / "y")
+    assert [p.id for p in again["test"]["problems"]] == [p.id for p in splits["test"]["problems"]]
+    c.data.records = str(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="nowhere.train.jsonl does not exist"):
+        build_data(c, out_dir=tmp_path / "z")
 
 
 def test_format_table_rows_and_missing_efficiency():
@@ -79,7 +85,7 @@ def test_cli_errors_exit_2_before_any_work(tmp_path, capsys):
 def test_tiny_pipeline_end_to_end(tmp_path):
     from reasoner.pipelines.astar import run
 
-    c = load_config(f"{CONFIG}:tiny", ["data.train=8", "data.test=2", "eval.max_new_tokens=8",
+    c = load_config(f"{CONFIG}:tiny", ["data.test=2", "eval.max_new_tokens=8",
                                        "eval.batch_size=2", "grpo.grpo.max_new_tokens=8"])
     summary = run(c, workdir=tmp_path, progress=False)
     doc = json.loads((tmp_path / "report" / "astar.json").read_text())
@@ -89,3 +95,26 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     assert set(doc["timings_s"]) >= {"data", "eval_base", "sft", "eval_sft", "grpo", "eval_grpo", "total"}
     assert summary["table"] == doc["table"] and (tmp_path / "report" / "astar.png").stat().st_size > 0
     assert (tmp_path / "sft" / "export").is_dir() and (tmp_path / "grpo" / "metrics.jsonl").exists()
+
+
+def test_paper_configs_every_variant():
+    from configs import astar_paper
+    from trainers import grpo
+
+    names = astar_paper.variants()
+    assert len(names) == 2 * 2 * (3 + 4)
+    for name in names:
+        c = load_config(str(pathlib.Path(CONFIG).with_name("astar_paper.py")) + f":{name}")
+        model, dataset, stage, which = name.split("_", 3)
+        assert c.sft.enabled == (stage == "sft") and c.grpo.enabled == (stage == "grpo")
+        assert c.eval.max_new_tokens == {"proofwriter": 1024, "deeprd": 2048}[dataset] and c.eval.temperature == 0
+        if stage == "sft":
+            assert c.data.heuristic == which and c.sft.optim.lr == 2e-5 and c.sft.train.num_epochs == 3
+            assert c.sft.train.batch_size == (4 if model == "llama1b" else 2)
+        else:
+            g = grpo_config(c)
+            grpo.check_config(g)
+            assert g.rewards[0]["options"]["reward"] == which and g.grpo.num_generations == 16
+            assert g.grpo.beta == 0.04 and g.optim.lr == 1e-6
+    with pytest.raises(ValueError, match="unknown variant 'llama1b_deeprd_sft_greedy'"):
+        astar_paper.get_config("llama1b_deeprd_sft_greedy")
