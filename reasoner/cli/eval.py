@@ -80,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
     from reasoner.models.presets import resolve
     from reasoner.pipelines.astar import _eval_settings, format_table
     from reasoner.tasks.astar import problem_from_record
-    from reasoner.tokenization import load_tokenizer
 
     try:
         settings = _eval_settings(config)
@@ -90,7 +89,10 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"reasoner eval: {err}", file=sys.stderr)
         return 2
-    tokenizer = load_tokenizer(resolve(config.model.tokenizer) if config.model.tokenizer else source)
+    # The config's model (or tokenizer) names the tokenizer: exported checkpoints carry weights, not vocabularies.
+    from trainers.common import load_tokenizer_for
+
+    tokenizer = load_tokenizer_for(config.model)
     label = args.label or pathlib.Path(args.checkpoint).name
     result = evaluate(model, tokenizer, problems, settings, label=label, progress=not args.no_progress)
     out = pathlib.Path(args.output or f"eval_{label}")
