@@ -53,11 +53,12 @@ class Attention(nnx.Module):
         self.num_kv_heads, self.group = KV, cfg.group_size
         self.scale = Dh ** -0.5
 
-    def __call__(self, x_BxTxD, *, cos, sin, segment_ids_BxT, layer_cache=None, index_B=None):
+    def __call__(self, x_BxTxD, *, cos, sin, mask_BxTxS, layer_cache=None, index_B=None):
         """Returns (out_BxTxD, (k_cache, v_cache) or None).
 
-        layer_cache: None (keys = this chunk) or (k_BxSxKVxDh, v_BxSxKVxDh, segment_ids_BxS already
-        updated with this chunk); the chunk is written at `index_B` per row.
+        mask_BxTxS: from `attention_mask`, computed once per forward for all layers.
+        layer_cache: None (keys = this chunk) or (k_BxSxKVxDh, v_BxSxKVxDh); the chunk is written
+        at `index_B` per row.
         """
         B, T, _ = x_BxTxD.shape
         q = self.q_proj(x_BxTxD)  # [B, T, H, Dh]
@@ -66,17 +67,11 @@ class Attention(nnx.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        q_slot = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32)[None], (B, T))
         if layer_cache is None:
-            keys, values, kv_seg = k, v, segment_ids_BxT
-            new_cache = None
+            keys, values, new_cache = k, v, None
         else:
-            k_cache, v_cache, kv_seg = layer_cache
-            keys, values = write_rows(k_cache, k, index_B), write_rows(v_cache, v, index_B)
-            q_slot = q_slot + index_B[:, None]
+            keys, values = write_rows(layer_cache[0], k, index_B), write_rows(layer_cache[1], v, index_B)
             new_cache = (keys, values)
-        S = keys.shape[1]
-        mask_BxTxS = attention_mask(segment_ids_BxT, q_slot, kv_seg, jnp.arange(S, dtype=jnp.int32))
         qg = q.reshape(B, T, self.num_kv_heads, self.group, q.shape[-1])
         scores = jnp.einsum("btngk,bsnk->bngts", qg, keys.astype(qg.dtype),
                             preferred_element_type=jnp.float32) * self.scale

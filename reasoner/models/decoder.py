@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from reasoner.models.attention import Attention
+from reasoner.models.attention import Attention, attention_mask
 from reasoner.models.config import ModelConfig
 from reasoner.models.layers import RMSNorm, SwiGLU, make_param
 from reasoner.models.rope import inverse_frequencies, rope_tables
@@ -80,8 +80,8 @@ class Block(nnx.Module):
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, rngs=rngs,
                           param_dtype=cfg.param_dtype, dtype=cfg.dtype)
 
-    def __call__(self, x, cos, sin, segment_ids_BxT, layer_cache, index_B):
-        a, new_cache = self.attn(self.attn_norm(x), cos=cos, sin=sin, segment_ids_BxT=segment_ids_BxT,
+    def __call__(self, x, cos, sin, mask_BxTxS, layer_cache, index_B):
+        a, new_cache = self.attn(self.attn_norm(x), cos=cos, sin=sin, mask_BxTxS=mask_BxTxS,
                                  layer_cache=layer_cache, index_B=index_B)
         x = x + a
         return x + self.mlp(self.mlp_norm(x)), new_cache
@@ -110,25 +110,31 @@ class Decoder(nnx.Module):
         segment_ids_BxT = jnp.asarray(segment_ids_BxT, jnp.int32)
         x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(cfg.dtype)
         cos, sin = rope_tables(jnp.asarray(positions_BxT), self.inv_freq)
-        index_B = None
-        if cache is not None:
+        B, T = tokens_BxT.shape
+        q_slot_BxT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32)[None], (B, T))
+        if cache is None:
+            index_B, kv_seg = None, segment_ids_BxT
+        else:
             index_B = cache.index_B
             kv_seg = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))(
                 cache.segment_ids_BxS, segment_ids_BxT, index_B)
+            q_slot_BxT = q_slot_BxT + index_B[:, None]
+        # one mask for all layers
+        mask_BxTxS = attention_mask(segment_ids_BxT, q_slot_BxT, kv_seg,
+                                    jnp.arange(kv_seg.shape[1], dtype=jnp.int32))
         new_k, new_v = [], []
         for i, block in enumerate(self.layers):
-            layer_cache = None if cache is None else (cache.k[i], cache.v[i], kv_seg)
+            layer_cache = None if cache is None else (cache.k[i], cache.v[i])
             if cfg.remat:
-                x, lc = nnx.remat(lambda b, *a: b(*a))(block, x, cos, sin, segment_ids_BxT, layer_cache, index_B)
+                x, lc = nnx.remat(lambda b, *a: b(*a))(block, x, cos, sin, mask_BxTxS, layer_cache, index_B)
             else:
-                x, lc = block(x, cos, sin, segment_ids_BxT, layer_cache, index_B)
+                x, lc = block(x, cos, sin, mask_BxTxS, layer_cache, index_B)
             if lc is not None:
                 new_k.append(lc[0])
                 new_v.append(lc[1])
         x = self.final_norm(x)
         if cache is None:
             return x, None
-        T = tokens_BxT.shape[1]
         return x, KVCache(k=tuple(new_k), v=tuple(new_v), segment_ids_BxS=kv_seg, index_B=index_B + T)
 
     def logits(self, hidden_BxTxD) -> jax.Array:

@@ -103,3 +103,26 @@ def write_tiny_gguf(path: str, hf_model, *, quantize_linear: bool = True, bad_ty
     w.close()
     assert os.path.getsize(path) > 0
     return path
+
+
+CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def save_tiny_tokenizer(path: str, texts: list[str], *, vocab_size: int = 320) -> int:
+    """Trains a byte-level BPE tokenizer with a ChatML template on `texts`, saves it in `path`;
+    returns its vocabulary size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token="<|im_start|>")
+    fast.chat_template = CHATML
+    fast.save_pretrained(path)
+    return len(fast)

@@ -1,0 +1,61 @@
+"""`reasoner info`, `reasoner parity` and the bench commands, run in-process on tiny checkpoints."""
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "models"))
+from tiny_checkpoints import make_hf_model, save_hf, save_tiny_tokenizer  # noqa: E402
+
+from reasoner.cli import build_parser, main  # noqa: E402
+
+
+def test_info_json_reports_devices_mesh_and_versions(capsys):
+    assert main(["info", "--json", "--mesh", "fsdp=4,tensor=2"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["device_count"] == 8 and info["backend"] == "cpu"
+    assert info["mesh"] == {"data": 1, "fsdp": 4, "tensor": 2}
+    assert info["versions"]["jax"] and info["versions"]["flax"].startswith("0.12")
+
+
+def test_info_bad_mesh_is_an_error():
+    from reasoner.sharding import MeshError
+
+    with pytest.raises(MeshError, match="needs 6 devices but 8"):
+        main(["info", "--mesh", "fsdp=3,tensor=2"])
+
+
+@pytest.fixture(scope="module")
+def tiny_chat_model(tmp_path_factory):
+    from reasoner.models.parity import PARITY_CHATS
+
+    path = tmp_path_factory.mktemp("tiny_chat")
+    texts = [m["content"] for chat in PARITY_CHATS for m in chat]
+    vocab = save_tiny_tokenizer(str(path), texts)
+    save_hf(make_hf_model("qwen3", seed=4, vocab_size=vocab, hidden_size=16, intermediate_size=32, head_dim=4), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("mesh", [None, "fsdp=4,tensor=2"])
+def test_parity_json_on_a_tiny_chat_model(tiny_chat_model, mesh, capsys):
+    argv = ["parity", "--model", tiny_chat_model, "--json"] + (["--mesh", mesh] if mesh else [])
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(result) >= {"max_abs_logit_diff", "top1_agreement", "tokens", "reference"}
+    assert result["reference"].startswith("transformers ")
+    assert result["tokens"] >= 512 and result["prompts"] >= 8
+    assert result["max_abs_logit_diff"] <= 2e-3 and result["top1_agreement"] == 1.0 and result["pass"]
+
+
+def test_parity_fails_loudly_when_tolerance_is_impossible(tiny_chat_model, capsys):
+    assert main(["parity", "--model", tiny_chat_model, "--json", "--tolerance", "0"]) == 1
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["pass"] is False
+
+
+def test_bench_commands_are_registered():
+    parser = build_parser()
+    for name in ("load", "forward"):
+        args = parser.parse_args(["bench", name, "--json", "--repeats", "3"])
+        assert args.func.__module__ == f"reasoner.benchmarks.{name}"
