@@ -45,6 +45,7 @@ def estimate_bytes(cfg, *, batch: int, prompts: int, prompt_bucket: int, alloc_l
         # a few live [P, T, width] activations plus one layer's attention scores (f32)
         "prefill_activations": 4 * P * T * widest * 4 + P * cfg.num_heads * T * T * 4 * 2,
         "logits": 3 * batch * cfg.vocab_size * 4,
+        "lm_head_copy": cfg.vocab_size * cfg.hidden_size * act if cfg.tie_embeddings else 0,
         "outputs": 3 * batch * max_new * 4,
     }
 

@@ -93,13 +93,14 @@ class SamplingParams:
 
 
 def check_stop_string(tokenizer, stop: str) -> None:
-    """A stop string must survive encode -> decode; otherwise no generated text can contain it
-    (e.g. characters the vocabulary maps to an unknown token)."""
+    """A stop string must survive encode -> decode as generated text is decoded (special tokens
+    skipped); otherwise no generated text can contain it (e.g. an end-of-turn marker, which
+    belongs in `eos_ids`, or characters the vocabulary maps to an unknown token)."""
     ids = tokenizer(stop, add_special_tokens=False)["input_ids"]
     unk = getattr(tokenizer, "unk_token_id", None)
     if unk is not None and unk in ids:
         raise ValueError(f"stop string {stop!r}: contains text the tokenizer maps to its unknown token")
-    back = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    back = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     if back != stop:
         raise ValueError(
             f"stop string {stop!r}: the tokenizer cannot produce it (encodes to {ids}, which decode to {back!r})"
