@@ -89,7 +89,7 @@ def test_resume_after_sigkill_is_exact_and_tiny_run_learns(kind, sft_data, dpo_d
     killed = tmp_path / "killed"
     last_logged = _kill_mid_run(_cli(kind, data, killed, *extra), killed)
     assert last_logged < total
-    out = subprocess.run(_cli(kind, data, killed, *extra), capture_output=True, text=True, timeout=300,
+    out = subprocess.run(_cli(kind, data, killed, *extra), capture_output=True, text=True, timeout=1200,
                          env=ONE_DEVICE_ENV)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "resumed from step" in out.stdout
