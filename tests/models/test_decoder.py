@@ -88,10 +88,11 @@ def test_rows_at_different_offsets_and_left_padding(model):
 
 
 def test_remat_gives_same_values_and_gradients():
-    base = Decoder(CFG, rngs=nnx.Rngs(3))
-    remat = Decoder(CFG.replace(remat=True), rngs=nnx.Rngs(3))
-    tokens = jnp.asarray(np.random.default_rng(3).integers(0, 64, (2, 8)))
-    positions = jnp.broadcast_to(jnp.arange(8), (2, 8))
+    cfg = CFG.replace(num_layers=1)  # one layer keeps the two gradient compiles small
+    base = Decoder(cfg, rngs=nnx.Rngs(3))
+    remat = Decoder(cfg.replace(remat=True), rngs=nnx.Rngs(3))
+    tokens = jnp.asarray(np.random.default_rng(3).integers(0, 64, (2, 6)))
+    positions = jnp.broadcast_to(jnp.arange(6), (2, 6))
 
     def loss_and_grad(m):
         graphdef, state = nnx.split(m)
