@@ -47,9 +47,12 @@ class KernelResult:
 def from_hypergraph(hg, goal_id: int, *, name: str = "") -> HypergraphArrays:
     """Host `search.hypergraph.Hypergraph` + goal id -> exact-size integer arrays (axioms are ids 0..num_axioms-1,
     pushed in id order by the host)."""
+    from search.heuristics import relaxed_graph
+
+    rg = relaxed_graph(hg, int(goal_id))
     return HypergraphArrays(n_atoms=hg.num_atoms, axiom_order=tuple(range(hg.num_axioms)),
                             premises=tuple(hg.edge_premises), heads=tuple(hg.edge_head), goal=int(goal_id),
-                            name=name)
+                            name=name, relaxed_extra=len(rg.extra_atoms), relaxed_src=rg.src, relaxed_dst=rg.dst)
 
 
 def problem_arrays(program, goal, *, name: str = "") -> HypergraphArrays:
@@ -197,14 +200,14 @@ def _check_mesh(batch: ProblemBatch, mesh, axis) -> None:
 def _heuristic_jit(batch: ProblemBatch, *, heuristic: str, cost: str, mesh, axis: str):
     n = batch.sizes[0]
 
-    def one(axo, prem, head, goal):
+    def one(axo, prem, head, goal, rsrc, rdst):
         axiom_mask = _axiom_mask(axo, n)
         w_in = inside_weights(axiom_mask, prem, head, cost=cost) if heuristic == "true" else None
         return heuristic_h(heuristic, goal=goal, axiom_mask_N=axiom_mask, premises_MxK=prem, head_M=head,
-                           cost=cost, w_N=w_in)
+                           cost=cost, w_N=w_in, relaxed_src_E=rsrc, relaxed_dst_E=rdst)
 
-    return _over_batch(one, mesh, axis, 4)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
-                                           batch.goal_B)
+    return _over_batch(one, mesh, axis, 6)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
+                                           batch.goal_B, batch.relaxed_src_BxE, batch.relaxed_dst_BxE)
 
 
 def device_heuristic(batch: ProblemBatch, *, heuristic: str, cost: str = "max", mesh=None,

@@ -4,8 +4,10 @@ Same definitions as the host `search.heuristics` (the reference):
 * inside weights: w = a0 on axioms (0 for cost "max", 1 for "sum"), then Bellman-Ford style relaxation
   w[head] <- min(w[head], g(w[premises])) until nothing changes (a fixpoint equals Knuth's Dijkstra result);
 * "zero": h = 0;
-* "dependency": min-plus relaxation on the unary relaxed graph (premise -> head, cost 1): h[goal] = 0,
-  h[p] <- min(h[p], 1 + h[head]) until nothing changes (host: BFS distance to the goal);
+* "dependency": min-plus relaxation on the unary relaxed graph over the Herbrand base (relaxed_src_E ->
+  relaxed_dst_E over N' = N + E vertices, the first N being the atoms of M; see search.heuristics.relaxed_graph):
+  h[goal] = 0, h[src] <- min(h[src], 1 + h[dst]) until nothing changes, then the first N entries
+  (host: BFS distance to the goal);
 * "true": on-path marking from the goal over tight hyperedges (g(premise weights) == w[head]); on-path h = w_G - w,
   off-path h = inf; all inf when the goal is not a theorem (goal id -1).
 
@@ -61,18 +63,21 @@ def inside_weights(axiom_mask_N, premises_MxK, head_M, *, cost: str):
     return _fixpoint(step, w0)
 
 
-def dependency_h(goal, premises_MxK, head_M, n_atoms: int):
-    """Distance to the goal in the unary relaxed graph, float32 [N] (inf if unreachable or goal == -1)."""
-    idx = jnp.arange(n_atoms)
+def dependency_h(goal, relaxed_src_E, relaxed_dst_E, n_atoms: int):
+    """Distance to the goal in the unary relaxed graph, float32 [N] (inf if unreachable or goal == -1).
+
+    Vertex ids < n_atoms are atoms; extra vertices have ids in [n_atoms, n_atoms + E) (each is an edge source)."""
+    nv = n_atoms + relaxed_src_E.shape[0]
+    idx = jnp.arange(nv)
     h0 = jnp.where((idx == goal) & (goal >= 0), 0.0, _INF).astype(jnp.float32)
-    valid = (premises_MxK >= 0) & (head_M >= 0)[:, None]
-    tgt = jnp.where(valid, premises_MxK, n_atoms)
+    valid = (relaxed_src_E >= 0) & (relaxed_dst_E >= 0)
+    tgt = jnp.where(valid, relaxed_src_E, nv)
+    dst = jnp.maximum(relaxed_dst_E, 0)
 
     def step(h):
-        val = 1.0 + h[jnp.maximum(head_M, 0)]
-        return h.at[tgt].min(jnp.broadcast_to(val[:, None], tgt.shape), mode="drop")
+        return h.at[tgt].min(1.0 + h[dst], mode="drop")
 
-    return _fixpoint(step, h0)
+    return _fixpoint(step, h0)[:n_atoms]
 
 
 def true_h(goal, w_N, premises_MxK, head_M, *, cost: str):
@@ -93,13 +98,17 @@ def true_h(goal, w_N, premises_MxK, head_M, *, cost: str):
     return jnp.where(on, wg - w_N, _INF).astype(jnp.float32)
 
 
-def heuristic_h(name: str, *, goal, axiom_mask_N, premises_MxK, head_M, cost: str, w_N=None):
-    """h [N] for heuristic `name` ("zero" | "dependency" | "true"); `w_N` reuses precomputed inside weights."""
+def heuristic_h(name: str, *, goal, axiom_mask_N, premises_MxK, head_M, cost: str, w_N=None,
+                relaxed_src_E=None, relaxed_dst_E=None):
+    """h [N] for heuristic `name` ("zero" | "dependency" | "true"); `w_N` reuses precomputed inside weights.
+    "dependency" needs the relaxed graph's edges (ProblemBatch.relaxed_src_BxE / relaxed_dst_BxE rows)."""
     n = axiom_mask_N.shape[0]
     if name == "zero":
         return jnp.zeros((n,), jnp.float32)
     if name == "dependency":
-        return dependency_h(goal, premises_MxK, head_M, n)
+        if relaxed_src_E is None or relaxed_dst_E is None:
+            raise ValueError("heuristic 'dependency' needs relaxed_src_E and relaxed_dst_E (the relaxed graph)")
+        return dependency_h(goal, relaxed_src_E, relaxed_dst_E, n)
     if name == "true":
         if w_N is None:
             w_N = inside_weights(axiom_mask_N, premises_MxK, head_M, cost=cost)

@@ -8,6 +8,10 @@ A problem is first reduced to `HypergraphArrays` (host NumPy, exact sizes), then
   K  premise slots                                   goal_B           goal atom id, -1 when the goal is not a theorem
   D  hyperedges per atom as a premise                out_edges_BxNxD  ascending hyperedge ids where the atom is a premise
   n_atoms_B, n_edges_B                               real sizes (everything at or past them is padding)
+  E  unary edges of the dependency heuristic's        relaxed_src_BxE, relaxed_dst_BxE  premise -> conclusion vertex
+     relaxed graph (search.heuristics.relaxed_graph)  ids over N' = N + extra vertices (ids < N are the atoms of M,
+                                                     ids >= N Herbrand-base atoms outside M), -1 pad. Every extra
+                                                     vertex is the source of an edge, so N' <= N + E statically.
 
 Sizes are rounded up to buckets 2^k or 1.5 * 2^k (`bucket_size`). Hyperedge id m is the m-th hyperedge of the host compile, so a push trace of ids is comparable with the host trace.
 """
@@ -36,6 +40,9 @@ class HypergraphArrays:
     premises: tuple of premise-id tuples, one per hyperedge in canonical order (repeated premises allowed).
     heads: head atom id per hyperedge.  axiom_order: axiom atom ids in the order the host pushes them.
     goal: goal atom id or -1 (goal not in the minimal model).  name: used in error messages.
+    relaxed_src/relaxed_dst: unary edges of the dependency heuristic's relaxed graph over n_atoms + relaxed_extra
+    vertices; None (default, for hand-built arrays without a program) relaxes the hyperedges themselves
+    (one edge per distinct premise -> head), which is the relaxed graph when the Herbrand base adds nothing.
     """
 
     n_atoms: int
@@ -44,6 +51,9 @@ class HypergraphArrays:
     heads: tuple[int, ...]
     goal: int
     name: str = ""
+    relaxed_extra: int = 0
+    relaxed_src: tuple[int, ...] | None = None
+    relaxed_dst: tuple[int, ...] | None = None
 
     def __post_init__(self):
         where = f"problem {self.name!r}" if self.name else "problem"
@@ -59,6 +69,14 @@ class HypergraphArrays:
             raise ValueError(f"{where}: goal id {self.goal} outside [-1, {self.n_atoms})")
         if len(set(self.axiom_order)) != len(self.axiom_order):
             raise ValueError(f"{where}: repeated atom ids in axiom_order (expected each axiom once)")
+        if (self.relaxed_src is None) != (self.relaxed_dst is None) or (
+                self.relaxed_src is not None and len(self.relaxed_src) != len(self.relaxed_dst)):
+            raise ValueError(f"{where}: relaxed_src and relaxed_dst must both be given with equal lengths")
+        nv = self.n_atoms + self.relaxed_extra
+        bad = [a for a in (self.relaxed_src or ()) + (self.relaxed_dst or ()) if not 0 <= a < nv]
+        if bad or self.relaxed_extra < 0:
+            raise ValueError(f"{where}: relaxed vertex ids {sorted(set(bad))[:5]} outside [0, {nv}) "
+                             "(expected ids of the atoms and the relaxed graph's extra vertices)")
         if any(len(p) == 0 for p in self.premises):
             raise ValueError(f"{where}: a hyperedge without premises (expected axioms in axiom_order instead)")
 
@@ -69,6 +87,13 @@ class HypergraphArrays:
     @property
     def max_premises(self) -> int:
         return max((len(p) for p in self.premises), default=1)
+
+    def relaxed_edges(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(src, dst) of the dependency heuristic's unary relaxed graph (see class docstring)."""
+        if self.relaxed_src is not None:
+            return self.relaxed_src, self.relaxed_dst
+        pairs = [(a, h) for prem, h in zip(self.premises, self.heads) for a in dict.fromkeys(prem)]
+        return tuple(a for a, _ in pairs), tuple(h for _, h in pairs)
 
     def out_degree(self) -> np.ndarray:
         """Number of distinct hyperedges each atom is a premise of, shape [n_atoms]."""
@@ -95,6 +120,7 @@ class Buckets:
     max_edges: int = 1 << 16
     max_premises: int = 16
     max_out_degree: int = 1 << 12
+    max_relaxed_edges: int = 1 << 17
 
 
 @jax.tree_util.register_dataclass
@@ -109,6 +135,8 @@ class ProblemBatch:
     goal_B: jax.Array
     n_atoms_B: jax.Array
     n_edges_B: jax.Array
+    relaxed_src_BxE: jax.Array
+    relaxed_dst_BxE: jax.Array
 
     @property
     def batch(self) -> int:
@@ -125,7 +153,8 @@ class ProblemBatch:
 def _check_bucket(p: HypergraphArrays, index: int, buckets: Buckets) -> None:
     sizes = {"atoms": (p.n_atoms, buckets.max_atoms), "hyperedges": (p.n_edges, buckets.max_edges),
              "premises per hyperedge": (p.max_premises, buckets.max_premises),
-             "hyperedges per atom": (int(p.out_degree().max(initial=0)), buckets.max_out_degree)}
+             "hyperedges per atom": (int(p.out_degree().max(initial=0)), buckets.max_out_degree),
+             "relaxed edges": (len(p.relaxed_edges()[0]), buckets.max_relaxed_edges)}
     over = {k: v for k, v in sizes.items() if v[0] > v[1]}
     if over:
         what = ", ".join(f"{k}={v[0]} > {v[1]}" for k, v in over.items())
@@ -135,7 +164,7 @@ def _check_bucket(p: HypergraphArrays, index: int, buckets: Buckets) -> None:
 
 
 def pack_batch(problems: Sequence[HypergraphArrays], *, buckets: Buckets = Buckets(),
-               min_sizes: tuple[int, int, int, int] = (8, 8, 1, 1), pad_batch_to: int = 1) -> ProblemBatch:
+               min_sizes: tuple[int, ...] = (8, 8, 1, 1, 8), pad_batch_to: int = 1) -> ProblemBatch:
     """Pad `problems` to one bucketed shape. `pad_batch_to` rounds the batch up (e.g. to the device count) with
     empty problems (no atoms, goal -1) that finish at once. Returns NumPy-backed arrays in a ProblemBatch."""
     if len(problems) == 0:
@@ -146,7 +175,11 @@ def pack_batch(problems: Sequence[HypergraphArrays], *, buckets: Buckets = Bucke
     m = bucket_size(max(p.n_edges for p in problems), minimum=min_sizes[1])
     k = bucket_size(max(p.max_premises for p in problems), minimum=min_sizes[2])
     d = bucket_size(max(int(p.out_degree().max(initial=0)) for p in problems), minimum=min_sizes[3])
+    relaxed = [p.relaxed_edges() for p in problems]
+    e = bucket_size(max(len(r[0]) for r in relaxed), minimum=min_sizes[4] if len(min_sizes) > 4 else 8)
     b = -(-len(problems) // pad_batch_to) * pad_batch_to
+    relaxed_src = np.full((b, e), -1, np.int32)
+    relaxed_dst = np.full((b, e), -1, np.int32)
     axiom_order = np.full((b, n), -1, np.int32)
     premises = np.full((b, m, k), -1, np.int32)
     head = np.full((b, m), -1, np.int32)
@@ -167,7 +200,11 @@ def pack_batch(problems: Sequence[HypergraphArrays], *, buckets: Buckets = Bucke
         goal[i] = p.goal
         n_atoms[i] = p.n_atoms
         n_edges[i] = p.n_edges
-    return ProblemBatch(axiom_order, premises, head, out_edges, goal, n_atoms, n_edges)
+        src, dst = relaxed[i]
+        # extra vertices n_atoms.. are re-based after the padded N so they never collide with padded atom ids
+        relaxed_src[i, :len(src)] = [v if v < p.n_atoms else v - p.n_atoms + n for v in src]
+        relaxed_dst[i, :len(dst)] = [v if v < p.n_atoms else v - p.n_atoms + n for v in dst]
+    return ProblemBatch(axiom_order, premises, head, out_edges, goal, n_atoms, n_edges, relaxed_src, relaxed_dst)
 
 
 def to_device(batch: ProblemBatch, sharding=None) -> ProblemBatch:
