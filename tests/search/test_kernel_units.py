@@ -3,6 +3,7 @@ hand (trace, pops, f, V_pops, heuristics), the bad-input list of issue 5."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -23,6 +24,16 @@ INF = math.inf
 # a=0, b=1 axioms; c=2, d=3, g=4.  e0: a->c  e1: a,b->d  e2: c->d  e3: c->g  e4: d->g
 HAND = HypergraphArrays(n_atoms=5, axiom_order=(0, 1), premises=((0,), (0, 1), (2,), (2,), (3,)),
                         heads=(2, 3, 3, 4, 4), goal=4, name="hand")
+
+
+def _pack(problems):
+    """One padded shape (B=8, N=M=8, K=D=2, E=8) for every hand-made batch: the jitted searches compile once per
+    (cost, queue) for the whole module instead of once per test."""
+    return pack_batch(problems, min_sizes=(8, 8, 2, 2, 8), pad_batch_to=8)
+
+
+def _pad_cands(cands):
+    return cands + [[[]] * len(cands[0])] * (8 - len(cands))
 
 
 def _reference_pops(h, init, pushes, do_pop):
@@ -122,7 +133,7 @@ def test_choose_queue_by_size():
 
 @pytest.mark.parametrize("queue", ["dense", "blocked", "packed"])
 def test_hand_example_trace_pops_and_f(queue):
-    res = astar_batch(pack_batch([HAND]), heuristic="zero", queue=queue)
+    res = astar_batch(_pack([HAND]), heuristic="zero", queue=queue)
     # worked by hand: pop b, a (LIFO among f=0), push c, d; pop d (LIFO), push g; pop c (c->g: 2 is not < 2); pop g
     assert float(res.weight_B[0]) == 2.0
     assert res.trace_BxM[0, : int(res.pushes_B[0])].tolist() == [0, 1, 4]
@@ -133,29 +144,38 @@ def test_hand_example_trace_pops_and_f(queue):
     # cost "sum" (axioms weigh 1): c=2, d=3 via e1; c->d gives 3 (not < 3); g=3 via e3 is popped before d (LIFO)
     if queue == "packed":  # sum weights can grow past any fixed key width: the packed agenda refuses them
         with pytest.raises(ValueError, match="queue 'packed' needs integer keys"):
-            astar_batch(pack_batch([HAND]), heuristic="zero", cost="sum", queue=queue)
+            astar_batch(_pack([HAND]), heuristic="zero", cost="sum", queue=queue)
         return
-    res = astar_batch(pack_batch([HAND]), heuristic="zero", cost="sum", queue=queue)
+    res = astar_batch(_pack([HAND]), heuristic="zero", cost="sum", queue=queue)
     assert float(res.weight_B[0]) == 3.0
     assert res.trace_BxM[0, : int(res.pushes_B[0])].tolist() == [0, 1, 3]
     assert res.popped_BxN[0, : int(res.pops_B[0])].tolist() == [1, 0, 2, 4]
 
 
 def test_hand_example_heuristics():
-    batch = pack_batch([HAND])
+    batch = _pack([HAND])
     dep = np.asarray(device_heuristic(batch, heuristic="dependency"))[0, :5]
     np.testing.assert_array_equal(dep, [2, 2, 1, 1, 0])  # unary relaxed distances to g
     true = np.asarray(device_heuristic(batch, heuristic="true"))[0, :5]
     np.testing.assert_array_equal(true, [2, 2, 1, 1, 0])  # all on a shortest proof: w_G - w with w = 0,0,1,1,2
     # drop e1 (a,b->d): b is off-path, d only via c (w=2) so e4 is not tight and d is off-path
     no_e1 = HypergraphArrays(5, (0, 1), ((0,), (2,), (2,), (3,)), (2, 3, 4, 4), 4)
-    true = np.asarray(device_heuristic(pack_batch([no_e1]), heuristic="true"))[0, :5]
+    true = np.asarray(device_heuristic(_pack([no_e1]), heuristic="true"))[0, :5]
     np.testing.assert_array_equal(true, [2, INF, 1, INF, 0])  # w = 0, -, 1, 2, 2
+    # a=0, b=1 axioms; c=2, d=3, x=4, g=5; hyperedges a->c->g, b->d->x->g (M-only distance of b: 3). The relaxed
+    # graph adds a non-derivable vertex y=6 with b -> y -> g: a shortcut, h(b) = 2
+    chain = HypergraphArrays(6, (0, 1), ((0,), (2,), (1,), (3,), (4,)), (2, 5, 3, 4, 5), 5)
+    relaxed = dataclasses.replace(chain, relaxed_extra=1, relaxed_src=(0, 2, 1, 3, 4, 1, 6),
+                                  relaxed_dst=(2, 5, 3, 4, 5, 6, 5))
+    dep = np.asarray(device_heuristic(_pack([chain, relaxed]), heuristic="dependency"))[:2, :6]
+    np.testing.assert_array_equal(dep, [[2, 3, 1, 2, 1, 0], [2, 2, 1, 2, 1, 0]])
+    with pytest.raises(ValueError, match=r"relaxed vertex ids \[6\] outside \[0, 6\)"):
+        HypergraphArrays(5, (0,), ((0,),), (1,), 1, relaxed_extra=1, relaxed_src=(6,), relaxed_dst=(1,))
 
 
 def test_unprovable_goal_runs_until_the_agenda_is_empty():
     unreachable = HypergraphArrays(3, (0,), ((1,),), (2,), -1, name="goal not a theorem")
-    res = astar_batch(pack_batch([unreachable]), heuristic="dependency")
+    res = astar_batch(_pack([unreachable]), heuristic="dependency")
     assert float(res.weight_B[0]) == INF and int(res.pops_B[0]) == 1 and int(res.pushes_B[0]) == 0
 
 
@@ -173,9 +193,9 @@ def test_bad_hypergraph_arrays_and_batches():
     with pytest.raises(ValueError, match="empty list of problems"):
         pack_batch([])
     with pytest.raises(ValueError, match="not one of"):
-        astar_batch(pack_batch([HAND]), heuristic="oracle")
+        astar_batch(_pack([HAND]), heuristic="oracle")
     with pytest.raises(ValueError, match="cost 'prod'"):
-        astar_batch(pack_batch([HAND]), cost="prod")
+        astar_batch(_pack([HAND]), cost="prod")
     mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
     with pytest.raises(ValueError, match="does not split over mesh axis 'data' of size 8"):
         astar_batch(pack_batch([HAND] * 3), mesh=mesh)
@@ -185,7 +205,7 @@ def test_batch_split_over_the_project_mesh_data_and_fsdp_axes():
     from reasoner.sharding import make_mesh
 
     mesh = make_mesh("data=2,fsdp=4")
-    batch = pack_batch([HAND] * 8)
+    batch = _pack([HAND] * 8)
     res = astar_batch(batch, mesh=mesh, axis=("data", "fsdp"))
     assert res.trace_BxM.sharding.spec == jax.sharding.PartitionSpec(("data", "fsdp"))
     assert res.trace_BxM[:, :3].tolist() == [[0, 1, 4]] * 8 and res.pops_B.tolist() == [5] * 8
@@ -195,18 +215,18 @@ def test_batch_split_over_the_project_mesh_data_and_fsdp_axes():
 
 @pytest.mark.parametrize("value", [np.nan, -1.0])
 def test_nan_or_negative_given_heuristic_raises(value):
-    batch = pack_batch([HAND, HAND])
-    h = np.zeros((2, batch.sizes[0]), np.float32)
+    batch = _pack([HAND, HAND])
+    h = np.zeros((batch.batch, batch.sizes[0]), np.float32)
     h[1, 3] = value
     with pytest.raises(ValueError, match=r"h\[1, 3\] = .* problem 1, atom 3"):
         astar_batch(batch, heuristic="given", h_BxN=h)
-    with pytest.raises(ValueError, match="expected \\(2, 8\\)"):
+    with pytest.raises(ValueError, match="expected \\(8, 8\\)"):
         astar_batch(batch, heuristic="given", h_BxN=h[:, :4])
 
 
 def test_given_inf_heuristic_is_a_defined_result():
-    batch = pack_batch([HAND])
-    h = np.zeros((1, batch.sizes[0]), np.float32)
+    batch = _pack([HAND])
+    h = np.zeros((batch.batch, batch.sizes[0]), np.float32)
     h[0, 2] = np.inf  # c can never be expanded before g: the search still proves g through d
     res = astar_batch(batch, heuristic="given", h_BxN=h)
     assert float(res.weight_B[0]) == 2.0 and res.trace_BxM[0, : int(res.pushes_B[0])].tolist() == [0, 1, 4]
@@ -214,11 +234,11 @@ def test_given_inf_heuristic_is_a_defined_result():
 
 def test_bad_traces_score_zero_and_are_flagged():
     axiom_goal = HypergraphArrays(5, (0, 1), HAND.premises, HAND.heads, goal=1, name="goal is an axiom")
-    batch = pack_batch([HAND, axiom_goal])
+    batch = _pack([HAND, axiom_goal])
     tables = score_tables(batch)
     cands = [[[0, 1, 4], [-1, 1, 4], [0, 1, 99], [0, 1, 2**40], [], [0, 3]],
              [[], [0, 1, 4], [5], [], [], []]]
-    ids, lengths = pack_traces(cands)
+    ids, lengths = pack_traces(_pad_cands(cands))
     out = score_traces(batch, tables, ids, lengths)
     correct = np.asarray(out.correct_BxG)
     flags = np.asarray(out.flags_BxG)
@@ -245,8 +265,8 @@ def test_bad_traces_score_zero_and_are_flagged():
 def test_off_path_premise_under_true_heuristic_scores_zero():
     # a=0, b=1 axioms; c=2, d=3, x=4, g=5.  e0: a->c  e1: c->g  e2: b->d  e3: d->x  e4: x->g  (w_G = 2 via c)
     graph = HypergraphArrays(6, (0, 1), ((0,), (2,), (1,), (3,), (4,)), (2, 5, 3, 4, 5), 5)
-    batch = pack_batch([graph])
-    out = score_traces(batch, score_tables(batch), *pack_traces([[[2, 3, 4], [0, 1]]]))
+    batch = _pack([graph])
+    out = score_traces(batch, score_tables(batch), *pack_traces(_pad_cands([[[2, 3, 4], [0, 1]]])))
     # both prove g; the long one pops b, d, x, which are off every shortest proof: f = inf under the true
     # cost-to-go, so its A*-true reward is 0 (flagged); A*'s own trace [0, 1] scores exactly 1
     assert np.asarray(out.correct_BxG)[0].tolist() == [True, True]
