@@ -82,20 +82,26 @@ def test_cli_errors_exit_2_before_any_work(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_tiny_pipeline_end_to_end(tmp_path):
-    from reasoner.pipelines.astar import run
+def test_tiny_demo_end_to_end_through_the_cli(tmp_path):
+    """`reasoner demo` in a subprocess, as `make demo` runs it (one CPU device: the config's single_device drops the
+    8 simulated devices, which multiply the step's memory), on the tiny variant: every stage runs and reports."""
+    import os
+    import subprocess
+    import sys
 
-    c = load_config(f"{CONFIG}:tiny", ["data.test=2", "eval.max_new_tokens=8",
-                                       "eval.batch_size=2", "grpo.grpo.max_new_tokens=8"])
-    summary = run(c, workdir=tmp_path, progress=False)
+    cmd = [sys.executable, "-m", "reasoner.cli", "demo", "--workdir", str(tmp_path), "--no-progress",
+           "--config", f"{CONFIG}:tiny", "--config.data.test=2", "--config.eval.max_new_tokens=8",
+           "--config.eval.batch_size=2", "--config.grpo.grpo.max_new_tokens=8"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[astar] devices: 1 x cpu" in proc.stdout
     doc = json.loads((tmp_path / "report" / "astar.json").read_text())
     labels = [m["label"] for m in doc["models"]]
-    assert labels == ["base", "SFT (dependency)", "SFT+GRPO (astar_dependency)"]
+    assert labels == ["base", "SFT (dependency)", "SFT+GRPO (astar_dependency)"] and doc["complete"] is True
     assert all(m["examples"] == 2 for m in doc["models"])
     assert set(doc["timings_s"]) >= {"data", "eval_base", "sft", "eval_sft", "grpo", "eval_grpo", "total"}
-    assert summary["table"] == doc["table"] and (tmp_path / "report" / "astar.png").stat().st_size > 0
+    assert doc["table"] in proc.stdout and (tmp_path / "report" / "astar.png").stat().st_size > 0
     assert (tmp_path / "sft" / "export").is_dir() and (tmp_path / "grpo" / "metrics.jsonl").exists()
-
 
 def test_paper_configs_every_variant():
     from configs import astar_paper
