@@ -42,6 +42,13 @@ def corpus(shared_data):
     return {"small": pw + rnd, "deeprd": deeprd}
 
 
+@pytest.fixture(scope="module")
+def group_batches(corpus, mesh):
+    """One packed, sharded batch per size group, built once (host compile of the relaxed graphs included) and
+    shared by the search and scoring tests, so each group's search compiles once per (cost, queue)."""
+    return {group: _device_batch(problems, mesh) for group, problems in corpus.items()}
+
+
 def _device_batch(problems, mesh):
     batch = pack_batch([from_hypergraph(hg, hg.goal_id(g), name=name) for name, hg, g in problems], pad_batch_to=8)
     return to_device(batch, NamedSharding(mesh, PartitionSpec("data")))
@@ -71,9 +78,9 @@ def _assert_same_search(problems, res, host, *, what):
 
 
 @pytest.mark.parametrize("group", ["small", "deeprd"])
-def test_search_and_heuristics_match_host_sharded(corpus, mesh, group):
+def test_search_and_heuristics_match_host_sharded(corpus, group_batches, mesh, group):
     problems = corpus[group]
-    batch = _device_batch(problems, mesh)
+    batch = group_batches[group]
     for heuristic in HEURISTICS:
         res = astar_batch(batch, heuristic=heuristic, mesh=mesh)
         assert res.weight_B.sharding.spec == PartitionSpec("data")
@@ -110,13 +117,13 @@ def _candidates(scorer: ProblemScorer, rng: random.Random) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("group", ["small", "deeprd"])
-def test_scores_match_host_verifier_and_rewards_sharded(corpus, mesh, group):
+def test_scores_match_host_verifier_and_rewards_sharded(corpus, group_batches, mesh, group):
     problems = corpus[group]
     rng = random.Random(7)
     scorers = [ProblemScorer(hg, g) for _, hg, g in problems]
     cands = [_candidates(s, rng) for s in scorers]
     cands += [[[]] * 5] * (-len(cands) % 8)  # padding problems of the batch
-    batch = _device_batch(problems, mesh)
+    batch = group_batches[group]
     tables = score_tables(batch, mesh=mesh)
     ids, lengths = pack_traces(cands)
     out = {k: np.asarray(v) for k, v in vars(score_traces(batch, tables, ids, lengths, mesh=mesh)).items()}
