@@ -168,10 +168,10 @@ def generate_problem(*, seed: int, split: str, index: int, spec: DeepRDSpec = De
     # derived: the start is the only axiom), then vertices wired to random children and to random parents that are
     # not their descendants (so the graph stays acyclic). Parents exclude the start (out-degree stays B); a vertex
     # whose edges would shorten the goal's depth below L is redrawn (after 20 failed draws it stays unconnected).
-    # These edges can let a distractor branch rejoin the main path further down. (With unary rules the relaxed
-    # graph of the dependency heuristic is the whole graph, including vertices never derived from the start, so
-    # the heuristic is optimistic where a path to the goal runs through such vertices: paper Fig. 6 finds it gives
-    # little advantage over Dijkstra on DeepRD.)
+    # These edges can let a distractor branch rejoin the main path further down. (With unary rules over one entity
+    # the relaxed graph of the dependency heuristic is the whole graph, but every successor of a derived vertex is
+    # derived, so no relaxed path from a derived vertex leaves M: the heuristic is exact here, and A* with it pops
+    # and pushes exactly what A* with the true cost-to-go does.)
     n_extra = rng.randint(0, int(round(spec.extra_ratio * branches * lookahead)))
     n_prefix = rng.randint(0, min(n_extra, lookahead))
     prev = 0
