@@ -97,7 +97,7 @@ def trl_common_args(out_dir: str, *, batch: int, steps: int, remat: bool) -> dic
     return dict(output_dir=out_dir, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
                 learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
                 optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
-                max_steps=steps + 1, logging_steps=10_000, save_strategy="no", report_to=[],
+                max_steps=steps + 1, logging_steps=1, save_strategy="no", report_to=[],
                 gradient_checkpointing=remat, bf16=False, fp16=False, use_cpu=True, dataloader_num_workers=0,
                 seed=0, disable_tqdm=True)
 
