@@ -138,7 +138,7 @@ def relaxed_graph(hg: Hypergraph, goal_id: int) -> RelaxedGraph:
             for prem in dict.fromkeys(rule.premises):
                 free = list(dict.fromkeys(v for v in prem.variables() if v not in b))
                 for combo in product(consts, repeat=len(free)):
-                    a = substitute(prem, {**b, **dict(zip(free, combo))})
+                    a = substitute(prem, {**b, **dict(zip(free, combo))} if free else b)
                     if a == c:
                         continue  # self-loop: never on a shortest path
                     ai = ids.get(a)
