@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent / "models"))
-from tiny_checkpoints import make_hf_model, save_hf, save_tiny_tokenizer  # noqa: E402
+from tests.models.tiny_checkpoints import make_hf_model, save_hf, save_tiny_tokenizer  # noqa: E402
 
 from reasoner.cli import build_parser, main  # noqa: E402
 

@@ -10,8 +10,7 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent / "models"))
-from tiny_checkpoints import make_hf_model, save_hf  # noqa: E402
+from tests.models.tiny_checkpoints import make_hf_model, save_hf  # noqa: E402
 
 from reasoner.models import load_model  # noqa: E402
 from reasoner.sharding import MeshError, logical_spec, make_mesh, parse_mesh_spec  # noqa: E402

@@ -1,4 +1,4 @@
-"""LoRA adapters for the decoder's projections (NNX), chosen by a regex over module paths.
+r"""LoRA adapters for the decoder's projections (NNX), chosen by a regex over module paths.
 
     paths = apply_lora(model, pattern=r"attn\.(q|v)_proj", rank=8, alpha=16, dropout=0.05, rngs=nnx.Rngs(0))
     # train only the adapters: the base weights stay frozen

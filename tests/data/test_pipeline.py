@@ -7,8 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "trainers"))
-import traces  # noqa: E402
+from tests.trainers import traces
 
 from reasoner.data.pipeline import (  # noqa: E402
     BatchIterator, NoCompletionTokensError, eval_batches, prepare_dpo, prepare_sft)

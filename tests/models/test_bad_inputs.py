@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from tiny_checkpoints import make_hf_model, save_hf, write_tiny_gguf
+from tests.models.tiny_checkpoints import make_hf_model, save_hf, write_tiny_gguf
 
 from reasoner.models import CheckpointError, UnsupportedModelError, load_model
 from reasoner.models import presets

@@ -5,7 +5,7 @@ import os
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tiny_checkpoints import hf_logits, make_hf_model, write_tiny_gguf
+from tests.models.tiny_checkpoints import hf_logits, make_hf_model, write_tiny_gguf
 
 from reasoner.models import load_model
 from reasoner.models.export import export_hf, hf_tensors

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tiny_checkpoints import hf_logits, make_hf_model, save_hf
+from tests.models.tiny_checkpoints import hf_logits, make_hf_model, save_hf
 
 from reasoner.models import load_model
 from reasoner.models.config import ModelConfig
@@ -54,7 +54,7 @@ def test_sharded_index_checkpoint(tmp_path):
 
 
 def test_config_roundtrip_through_hf_dict():
-    from tiny_checkpoints import hf_config
+    from tests.models.tiny_checkpoints import hf_config
 
     for family in ("llama", "qwen2", "qwen3"):
         cfg = ModelConfig.from_hf_dict(hf_config(family).to_dict())

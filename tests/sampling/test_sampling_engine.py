@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import teacher_forced_logits
+from tests.sampling.conftest import teacher_forced_logits
 from reasoner.sampling import Sampler, SamplingParams
-from tests_sampling_refs import log_softmax, reference_distribution
+from tests.sampling.tests_sampling_refs import log_softmax, reference_distribution
 
 PROMPTS = [[5, 17, 9, 23, 2, 11, 7], [12, 3], [8, 8, 20, 1, 19]]
 

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from reasoner.sampling.processors import DecodeSpec, choose_tokens, filtered_distribution, model_logprobs, row_keys
-from tests_sampling_refs import reference_distribution
+from tests.sampling.tests_sampling_refs import reference_distribution
 
 
 SETTINGS = [

@@ -4,10 +4,10 @@ transformers' greedy `generate`, and returned log-probs equal to the teacher-for
 import numpy as np
 import pytest
 
-from conftest import teacher_forced_logits
+from tests.sampling.conftest import teacher_forced_logits
 from reasoner.sampling import Sampler, SamplingParams
 from reasoner.tokenization import chat_ids, stop_token_ids
-from tests_sampling_refs import log_softmax
+from tests.sampling.tests_sampling_refs import log_softmax
 
 QUESTIONS = [
     "What is the capital of France?",

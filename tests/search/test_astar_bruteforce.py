@@ -6,7 +6,7 @@ import random
 from search.astar import shortest_depth, solve
 from search.heuristics import heuristic_values
 from search.hypergraph import compile_program
-from search_corpora import brute_force_on_path, brute_force_weights, fig1_program, random_program
+from tests.search.search_corpora import brute_force_on_path, brute_force_weights, fig1_program, random_program
 
 N_PROGRAMS = 2000
 

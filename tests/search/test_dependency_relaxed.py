@@ -8,7 +8,7 @@ from search.astar import solve
 from search.heuristics import heuristic_values, relaxed_graph
 from search.hypergraph import compile_program
 from search.logic import Atom, Program, Rule
-from search_corpora import random_program
+from tests.search.search_corpora import random_program
 
 
 def _a(pred, *args):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from search.astar import solve
 from search.rewards import ProblemScorer, decay_reward
 from search.verbalize import Verbalizer
-from search_corpora import deeprd_like, fig1_program, random_program
+from tests.search.search_corpora import deeprd_like, fig1_program, random_program
 
 
 def numpy_eq7(x, alpha):

@@ -13,7 +13,7 @@ from search.logic import Atom
 from search.parse import parse_trace
 from search.verbalize import Verbalizer
 from search.verify import verify_steps
-from search_corpora import deeprd_like, fig1_program, proofwriter_raw, random_program
+from tests.search.search_corpora import deeprd_like, fig1_program, proofwriter_raw, random_program
 
 HEURISTICS = ("zero", "dependency", "true")
 
@@ -55,7 +55,7 @@ def _unifies(rule, premises, conclusion) -> bool:
 
 def corpora():
     """(program, goal, verbalizer) triples: random programs, DeepRD-like chains, Fig. 1, raw ProofWriter."""
-    from conftest import SHARED_DATA
+    from tests.conftest import SHARED_DATA
 
     rng = random.Random(7)
     out = []

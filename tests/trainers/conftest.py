@@ -5,9 +5,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
-import traces  # noqa: E402
+from tests.trainers import traces
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 

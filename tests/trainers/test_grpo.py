@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-import traces
-from test_grpo_loss import np_advantages, np_trl_loss
+from tests.trainers import traces
+from tests.trainers.test_grpo_loss import np_advantages, np_trl_loss
 from trainers import grpo
 from trainers import grpo_loss as gl
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from conftest import tiny_config
+from tests.trainers.conftest import tiny_config
 
 
 @pytest.fixture(scope="module")

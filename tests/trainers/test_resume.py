@@ -16,7 +16,7 @@ import time
 import jax
 import pytest
 
-from conftest import CONFIGS, tiny_config, traces
+from tests.trainers.conftest import CONFIGS, tiny_config, traces
 
 EPOCHS = 6  # 8 steps per epoch: long enough to kill the subprocess mid-way
 KILL_AFTER_STEP = 12

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from tests.trainers.conftest import tiny_config
 
 MESHES = ("fsdp=4,tensor=2", "data=2,fsdp=4")
 

@@ -9,7 +9,7 @@ import optax
 import pytest
 from flax import nnx
 
-from conftest import tiny_config
+from tests.trainers.conftest import tiny_config
 
 
 def _toy_loss(params, frozen, mb, denom):
