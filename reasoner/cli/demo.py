@@ -29,23 +29,9 @@ def register(subparsers) -> None:
                         help="default: configs/astar_demo.py:cpu")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(func=run)
+    from reasoner.cli.overrides import accept_config_overrides
+
     accept_config_overrides(parser)
-
-
-def accept_config_overrides(parser: argparse.ArgumentParser) -> None:
-    """Splits free-form `--config.a.b=v` items off before argparse sees them (it rejects unknown options);
-    they land in `args.config_overrides`."""
-    original = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):
-        from reasoner.config import split_overrides
-
-        overrides, rest = split_overrides(list(sys.argv[1:] if args is None else args))
-        namespace, extras = original(rest, namespace)
-        namespace.config_overrides = overrides
-        return namespace, extras
-
-    parser.parse_known_args = parse_known_args
 
 
 def load(spec: str | None, overrides) -> object:

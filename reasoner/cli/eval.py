@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     parser.add_argument("--output", default=None, help="report directory (default: ./eval_<checkpoint name>)")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=run)
-    from reasoner.cli.demo import accept_config_overrides
+    from reasoner.cli.overrides import accept_config_overrides
 
     accept_config_overrides(parser)
 

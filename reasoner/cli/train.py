@@ -24,23 +24,9 @@ def register(subparsers) -> None:
     parser.add_argument("--trainer", choices=TRAINERS, default=None, help="default: from the config file name")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
-    _accept_config_overrides(parser)
+    from reasoner.cli.overrides import accept_config_overrides
 
-
-def _accept_config_overrides(parser: argparse.ArgumentParser) -> None:
-    """Lets this sub-parser take free-form `--config.a.b=v` items (argparse rejects unknown options):
-    they are split off before parsing and stored as `args.config_overrides`."""
-    original = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):
-        from reasoner.config import split_overrides
-
-        overrides, rest = split_overrides(list(sys.argv[1:] if args is None else args))
-        namespace, extras = original(rest, namespace)
-        namespace.config_overrides = overrides
-        return namespace, extras
-
-    parser.parse_known_args = parse_known_args
+    accept_config_overrides(parser)
 
 
 def trainer_for(spec: str, explicit: str | None) -> str:
