@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from reasoner.models.blocked_attention import blocked_attention
 from reasoner.models.config import ModelConfig
 from reasoner.models.layers import Proj, RMSNorm
 from reasoner.models.rope import apply_rope
@@ -25,6 +26,13 @@ def attention_mask(q_seg_BxT, q_slot_BxT, kv_seg_BxS, kv_slot_S) -> jax.Array:
     same = (q_seg_BxT[:, :, None] == kv_seg_BxS[:, None, :]) & (q_seg_BxT[:, :, None] != 0)
     causal = kv_slot_S[None, None, :] <= q_slot_BxT[:, :, None]
     return same & causal
+
+
+def use_blocked(cfg: ModelConfig, T: int, has_cache: bool) -> bool:
+    """Whether a forward of T tokens takes `blocked_attention` (see `ModelConfig.attention`)."""
+    if has_cache or cfg.attention == "dense":
+        return False
+    return cfg.attention == "blocked" or (T >= 128 and jax.default_backend() == "cpu")
 
 
 def write_rows(cache_BxSxKxD: jax.Array, chunk_BxTxKxD: jax.Array, index_B: jax.Array) -> jax.Array:
@@ -53,10 +61,11 @@ class Attention(nnx.Module):
         self.num_kv_heads, self.group = KV, cfg.group_size
         self.scale = Dh ** -0.5
 
-    def __call__(self, x_BxTxD, *, cos, sin, mask_BxTxS, layer_cache=None, index_B=None):
+    def __call__(self, x_BxTxD, *, cos, sin, mask_BxTxS, layer_cache=None, index_B=None, segment_ids_BxT=None):
         """Returns (out_BxTxD, (k_cache, v_cache) or None).
 
-        mask_BxTxS: from `attention_mask`, computed once per forward for all layers.
+        mask_BxTxS: from `attention_mask`, computed once per forward for all layers; None means
+        the blocked path, which masks by `segment_ids_BxT` itself (no cache).
         layer_cache: None (keys = this chunk) or (k_BxSxKVxDh, v_BxSxKVxDh); the chunk is written
         at `index_B` per row.
         """
@@ -73,6 +82,10 @@ class Attention(nnx.Module):
             keys, values = write_rows(layer_cache[0], k, index_B), write_rows(layer_cache[1], v, index_B)
             new_cache = (keys, values)
         qg = q.reshape(B, T, self.num_kv_heads, self.group, q.shape[-1])
+        if mask_BxTxS is None:
+            out = blocked_attention(qg, keys.astype(qg.dtype), values.astype(qg.dtype), segment_ids_BxT,
+                                    scale=self.scale)
+            return self.o_proj(out.reshape(B, T, -1, q.shape[-1])), new_cache
         scores = jnp.einsum("btngk,bsnk->bngts", qg, keys.astype(qg.dtype),
                             preferred_element_type=jnp.float32) * self.scale
         scores = jnp.where(mask_BxTxS[:, None, None], scores, jnp.finfo(jnp.float32).min)

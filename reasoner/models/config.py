@@ -52,12 +52,17 @@ class ModelConfig:
     param_dtype: str = "float32"
     dtype: str = "float32"
     remat: bool = False
+    # "auto": query-blocked attention (`blocked_attention.py`) on CPU for sequences of at least
+    # 128 tokens without a cache, dense otherwise; "dense" / "blocked" force one.
+    attention: str = "auto"
 
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise UnsupportedModelError(f"unsupported model family {self.family!r}; expected one of {FAMILIES}")
         if self.rope_type not in ROPE_TYPES:
             raise UnsupportedModelError(f"unsupported RoPE type {self.rope_type!r}; expected one of {ROPE_TYPES}")
+        if self.attention not in ("auto", "dense", "blocked"):
+            raise ValueError(f"attention={self.attention!r}; expected 'auto', 'dense' or 'blocked'")
         if self.num_heads % self.num_kv_heads:
             raise UnsupportedModelError(
                 f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"

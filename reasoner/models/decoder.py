@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from reasoner.models.attention import Attention, attention_mask
+from reasoner.models.attention import Attention, attention_mask, use_blocked
 from reasoner.models.config import ModelConfig
 from reasoner.models.layers import RMSNorm, SwiGLU, make_param
 from reasoner.models.rope import inverse_frequencies, rope_tables
@@ -80,9 +80,9 @@ class Block(nnx.Module):
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, rngs=rngs,
                           param_dtype=cfg.param_dtype, dtype=cfg.dtype)
 
-    def __call__(self, x, cos, sin, mask_BxTxS, layer_cache, index_B):
+    def __call__(self, x, cos, sin, mask_BxTxS, layer_cache, index_B, segment_ids_BxT=None):
         a, new_cache = self.attn(self.attn_norm(x), cos=cos, sin=sin, mask_BxTxS=mask_BxTxS,
-                                 layer_cache=layer_cache, index_B=index_B)
+                                 layer_cache=layer_cache, index_B=index_B, segment_ids_BxT=segment_ids_BxT)
         x = x + a
         return x + self.mlp(self.mlp_norm(x)), new_cache
 
@@ -119,16 +119,17 @@ class Decoder(nnx.Module):
             kv_seg = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))(
                 cache.segment_ids_BxS, segment_ids_BxT, index_B)
             q_slot_BxT = q_slot_BxT + index_B[:, None]
-        # one mask for all layers
-        mask_BxTxS = attention_mask(segment_ids_BxT, q_slot_BxT, kv_seg,
-                                    jnp.arange(kv_seg.shape[1], dtype=jnp.int32))
+        # one mask for all layers (None: the blocked path masks by segment ids itself)
+        mask_BxTxS = None if use_blocked(cfg, T, cache is not None) else attention_mask(
+            segment_ids_BxT, q_slot_BxT, kv_seg, jnp.arange(kv_seg.shape[1], dtype=jnp.int32))
         new_k, new_v = [], []
         for i, block in enumerate(self.layers):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
             if cfg.remat:
-                x, lc = nnx.remat(lambda b, *a: b(*a))(block, x, cos, sin, mask_BxTxS, layer_cache, index_B)
+                x, lc = nnx.remat(lambda b, *a: b(*a))(block, x, cos, sin, mask_BxTxS, layer_cache, index_B,
+                                                       segment_ids_BxT)
             else:
-                x, lc = block(x, cos, sin, mask_BxTxS, layer_cache, index_B)
+                x, lc = block(x, cos, sin, mask_BxTxS, layer_cache, index_B, segment_ids_BxT)
             if lc is not None:
                 new_k.append(lc[0])
                 new_v.append(lc[1])
