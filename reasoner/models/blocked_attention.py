@@ -16,7 +16,8 @@ Mask rule (the one of `attention.attention_mask` without a cache): query t of se
 key j iff `segment[j] == s`, `s != 0` and `j <= t`. A query with no visible key (segment 0, i.e.
 padding) gets the mean of the values of its block's keys: finite garbage that callers ignore, as
 with the dense path (whose garbage differs). Scores, softmax and accumulations are float32; the
-output has q's dtype.
+output has q's dtype. A forward inside `jax.grad` (through the custom VJP, which keeps residuals)
+and one outside it may differ by a few float32 ulps: XLA compiles the loop differently.
 
 On accelerators the dense path stays the default (`attention.use_blocked`): `lax.map` over a batch
 axis sharded across devices would gather it, and GPU/TPU have their own fused kernels.

@@ -106,8 +106,9 @@ def test_dpo_first_step_loss_is_ln2_when_reference_is_policy(dpo_data, tmp_path,
     batch = to_global_batch(next(parts["iterator"]), parts["mesh"])
     _, metrics = parts["step"](parts["state"], parts["frozen"], batch)
     m = mean_metrics({k: float(v) for k, v in metrics.items()})
-    if precompute:
-        assert abs(m["loss"] - math.log(2)) < 1e-6
-    else:
-        assert np.float32(m["loss"]) == np.float32(math.log(2))
-        assert m["rewards/chosen"] == 0.0 and m["rewards/margins"] == 0.0 and m["rewards/accuracies"] == 0.0
+    # Not bit-exact: on CPU the policy forward runs inside `grad` through the blocked attention's
+    # custom VJP, whose loop XLA compiles a little differently when its residuals are kept (a few
+    # float32 ulps; see reasoner/models/blocked_attention.py).
+    assert abs(m["loss"] - math.log(2)) < 1e-6
+    if not precompute:
+        assert abs(m["rewards/chosen"]) < 1e-6 and abs(m["rewards/margins"]) < 1e-6
