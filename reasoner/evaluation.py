@@ -2,8 +2,11 @@
 
 Generation goes through the jitted KV-cache sampler (`reasoner.sampling.Sampler`): greedy by default (the paper's
 setting), or K samples per prompt sharing one prefill. Prompts are evaluated in fixed-size batches, each padded to
-the sampler's prompt bucket, so a run compiles a handful of shapes. Scoring is host-side
-(`reasoner.tasks.astar.score_completion`: parse -> verify -> efficiency), which is cheap next to generation.
+the sampler's prompt bucket, so a run compiles a handful of shapes. Scoring (`scoring=`): "device" (default) parses
+on the host and scores every completion of the split in one jitted A* kernel call
+(`reasoner.rewards.astar_device.score_on_device`, the path GRPO's A* rewards take); "host" scores each completion
+with `reasoner.tasks.astar.score_completion` (parse -> verify -> efficiency). Both give identical correctness,
+pushes, pops and efficiencies; rewards agree within 1e-6 (float32 on device).
 
 Metrics (JSON report, one dict per model):
   accuracy           share of correct attempts with a 95% Wilson interval (over all P*K attempts; with K = 1 this
@@ -28,7 +31,9 @@ import numpy as np
 
 from reasoner.tasks.astar import AStarProblem, TaskScore, prompt_messages, score_completion
 
-__all__ = ["EvalSettings", "EvalResult", "generate_completions", "evaluate_completions", "evaluate", "write_report",
+SCORING = ("device", "host")
+
+__all__ = ["score_problems", "EvalSettings", "EvalResult", "generate_completions", "evaluate_completions", "evaluate", "write_report",
            "reference_efficiency"]
 
 
@@ -43,8 +48,11 @@ class EvalSettings:
     batch_size: int = 16
     seed: int = 0
     ks: tuple[int, ...] = (1,)
+    scoring: str = "device"
 
     def __post_init__(self):
+        if self.scoring not in SCORING:
+            raise ValueError(f"eval scoring={self.scoring!r}: expected one of {SCORING}")
         for name in ("num_samples", "max_new_tokens", "batch_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -110,9 +118,29 @@ def generate_completions(model, tokenizer, problems: Sequence[AStarProblem], set
                    "generation_seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
 
 
+def score_problems(problems: Sequence[AStarProblem], completions: Sequence[Sequence[str]], *,
+                   scoring: str = "device") -> list[list[TaskScore]]:
+    """TaskScore of every completion (K per problem), on device (one jitted kernel call) or on the host."""
+    if scoring == "host":
+        return [[score_completion(p, text) for text in texts] for p, texts in zip(problems, completions)]
+    if scoring != "device":
+        raise ValueError(f"scoring={scoring!r}: expected one of {SCORING}")
+    from reasoner.rewards.astar_device import compile_for_kernel, score_on_device
+
+    compiled = [compile_for_kernel(p.program, p.goal, p.verbalizer, name=p.id) for p in problems]
+    flat = score_on_device([(c, text) for c, texts in zip(compiled, completions) for text in texts])
+    out, i = [], 0
+    for texts in completions:
+        out.append([TaskScore(correct=s.correct, steps_parsed=s.steps_parsed, pushes=s.pushes, v_pops=s.v_pops,
+                              efficiency_pushes=s.efficiency_pushes, efficiency_pops=s.efficiency_pops,
+                              rewards=s.rewards) for s in flat[i:i + len(texts)]])
+        i += len(texts)
+    return out
+
+
 def evaluate_completions(problems: Sequence[AStarProblem], completions: Sequence[Sequence[str]], *, label: str,
-                         ks: Sequence[int] = (1,), group: str = "", n_resamples: int = 10_000, seed: int = 0
-                         ) -> EvalResult:
+                         ks: Sequence[int] = (1,), group: str = "", n_resamples: int = 10_000, seed: int = 0,
+                         scoring: str = "device") -> EvalResult:
     """Scores K completions per problem and builds the report (see module docstring) and the plot point."""
     from reasoner.metrics.pareto import summarise_model
     from reasoner.metrics.reliability import reliability_report
@@ -122,7 +150,7 @@ def evaluate_completions(problems: Sequence[AStarProblem], completions: Sequence
     widths = {len(c) for c in completions}
     if len(widths) != 1 or 0 in widths:
         raise ValueError(f"completions per problem {sorted(widths)}: expected the same K >= 1 for every problem")
-    scores = [[score_completion(p, text) for text in texts] for p, texts in zip(problems, completions)]
+    scores = score_problems(problems, completions, scoring=scoring)
     flat = [s for row in scores for s in row]
     point, report = summarise_model(
         label, correct=[s.correct for s in flat],
@@ -142,7 +170,8 @@ def evaluate(model, tokenizer, problems: Sequence[AStarProblem], settings: EvalS
              label: str, group: str = "", progress: bool = True) -> EvalResult:
     """Generate (jitted sampler, batched) then score; the report also carries generation stats and settings."""
     texts, stats = generate_completions(model, tokenizer, problems, settings, progress=progress, desc=f"eval {label}")
-    result = evaluate_completions(problems, texts, label=label, ks=settings.ks, group=group, seed=settings.seed)
+    result = evaluate_completions(problems, texts, label=label, ks=settings.ks, group=group, seed=settings.seed,
+                                  scoring=settings.scoring)
     result.report["generation"] = stats
     result.report["settings"] = dataclasses.asdict(settings)
     return result

@@ -6,6 +6,7 @@ an unparseable completion is an incorrect trace and scores 0) and scored by `sea
   step_count        Eq. 7 with x = proof steps, alpha = steps of the shortest proof
   astar_dependency  Eq. 7 with x = sum of f over V_pops, A* with the dependency heuristic
   astar_true        Eq. 7 with x = sum of f over V_pops, A* with the true cost-to-go
+Option `device=True` scores the batch on device with the jitted A* kernel instead (`reasoner.rewards.astar_device`).
 Examples are the records of `reasoner.data.records` (fields `program` and `goal`, JSON; str or TFDS bytes)
 with an optional `rule_texts` (JSON list of the theory's rule sentences, as the verbalizer used them).
 The scorer of a (program, goal) is cached, since the G completions of a prompt share it.
@@ -65,10 +66,26 @@ def score_completion(text: str, example: Mapping, *, dataset: str, cost: str = "
 
 
 @register_reward("astar")
-def astar_reward(*, reward: str = "astar_true", dataset: str = "deeprd", cost: str = "max"):
-    """One of `search.rewards.REWARDS` for each completion; `dataset` picks the verbalizer templates."""
+def astar_reward(*, reward: str = "astar_true", dataset: str = "deeprd", cost: str = "max", device: bool = False):
+    """One of `search.rewards.REWARDS` for each completion; `dataset` picks the verbalizer templates.
+
+    device=True scores the whole batch with the jitted A* kernel (`reasoner.rewards.astar_device`: host parse,
+    one device call for the B completions, compile cached across steps); False scores each completion with the
+    host `ProblemScorer`. Both give the same rewards (within 1e-6, float32 on device).
+    """
     if reward not in REWARDS:
         raise ValueError(f"reward={reward!r}: expected one of {REWARDS}")
+    if device:
+        from reasoner.rewards.astar_device import score_records
+        from reasoner.rewards.registry import RewardFailure
+
+        def device_fn(completions, *, examples):
+            scores = score_records([completion_text(c) for c in completions], list(examples), dataset=dataset,
+                                   cost=cost)
+            return [s if isinstance(s, RewardFailure) else s.rewards[reward] for s in scores]
+
+        device_fn.__name__ = reward
+        return device_fn
 
     def fn(completions, *, examples):
         return [
