@@ -20,6 +20,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from search.kernel_frontier import astar_frontier
 from search.kernel_heuristics import axiom_weight, heuristic_h, inside_weights
 from search.kernel_queue import PackedQueue, choose_queue
 from search.kernel_tensors import HypergraphArrays, ProblemBatch
@@ -27,6 +28,7 @@ from search.kernel_tensors import HypergraphArrays, ProblemBatch
 __all__ = ["KernelResult", "astar_batch", "astar_core", "device_heuristic", "from_hypergraph", "problem_arrays"]
 
 _INF = jnp.inf
+QUEUE_KINDS = ("auto", "frontier", "dense", "blocked", "packed")
 
 
 @jax.tree_util.register_dataclass
@@ -220,23 +222,59 @@ def device_heuristic(batch: ProblemBatch, *, heuristic: str, cost: str = "max", 
     return _heuristic_jit(batch, heuristic=heuristic, cost=cost, mesh=mesh, axis=axis)
 
 
-@functools.partial(jax.jit, static_argnames=("cost", "queue_kind", "packed_bits", "mesh", "axis"))
-def _astar_jit(batch: ProblemBatch, h_BxN, *, cost: str, queue_kind: str, packed_bits, mesh,
-               axis: str) -> KernelResult:
-    n = batch.sizes[0]
-    queue = choose_queue(n, kind=queue_kind, packed_bits=packed_bits)
+def _predicted_pops(axo, prem, head, goal, h, *, cost: str):
+    """Per problem, the number of atoms A* can pop: f = w + h <= w*_G (every atom with a proof when the goal has
+    none). An upper bound that tracks the real pop count closely, used only to group problems of similar work."""
+    n = axo.shape[0]
+    w = inside_weights(_axiom_mask(axo, n), prem, head, cost=cost)
+    wg = jnp.where(goal >= 0, w[jnp.maximum(goal, 0)], _INF)
+    bound = jnp.where(wg < _INF, wg, _INF)
+    return jnp.sum(jnp.where(bound < _INF, w + h <= bound, w < _INF), dtype=jnp.int32)
 
-    def run(axo, prem, head, oute, goal, h):
-        wg, trace, npush, popped, popped_f, npop = astar_core(axo, prem, head, oute, goal, h, cost=cost, queue=queue)
+
+def _in_sub_batches(search, args, *, sub_batches: int, cost: str):
+    """Run `search` on `sub_batches` groups of rows with similar predicted work, one while_loop each, so a group
+    loops only as long as ITS slowest problem instead of the whole batch's (the straggler cost); results are put
+    back in the original row order. Rows are sorted by `_predicted_pops` (on device, once per call)."""
+    b = args[0].shape[0]
+    k = max((s for s in range(1, sub_batches + 1) if b % s == 0), default=1)
+    if k == 1:
+        return search(*args)
+    axo, prem, head, _, _, goal, h = args
+    work = jax.vmap(functools.partial(_predicted_pops, cost=cost))(axo, prem, head, goal, h)
+    order = jnp.argsort(work)
+    inverse = jnp.zeros_like(order).at[order].set(jnp.arange(b, dtype=order.dtype))
+    size = b // k
+    parts = []
+    for i in range(k):
+        rows = order[i * size:(i + 1) * size]
+        parts.append(search(*(x[rows] for x in args)))
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0)[inverse], *parts)
+
+
+@functools.partial(jax.jit, static_argnames=("cost", "queue_kind", "packed_bits", "mesh", "axis", "sub_batches"))
+def _astar_jit(batch: ProblemBatch, h_BxN, *, cost: str, queue_kind: str, packed_bits, mesh,
+               axis: str, sub_batches: int) -> KernelResult:
+    n = batch.sizes[0]
+    queue = None if queue_kind == "frontier" else choose_queue(n, kind=queue_kind, packed_bits=packed_bits)
+
+    def search(axo, prem, head, oute, ine, goal, h):
+        if queue is None:
+            return astar_frontier(axo, prem, head, oute, ine, goal, h, cost=cost)
+        return astar_core(axo, prem, head, oute, goal, h, cost=cost, queue=queue)
+
+    def run(axo, prem, head, oute, ine, goal, h):
+        out = _in_sub_batches(search, (axo, prem, head, oute, ine, goal, h), sub_batches=sub_batches, cost=cost)
+        wg, trace, npush, popped, popped_f, npop = out
         vmask, vcount, xd = jax.vmap(functools.partial(_v_pops, n=n))(trace, npush, prem, popped, popped_f)
         return KernelResult(wg, trace, npush, popped, popped_f, npop, vmask, vcount, xd, h)
 
-    return _over_shards(run, mesh, axis, 6)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
-                                            batch.out_edges_BxNxD, batch.goal_B, h_BxN)
+    return _over_shards(run, mesh, axis, 7)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
+                                            batch.out_edges_BxNxD, batch.in_edges_BxNxI, batch.goal_B, h_BxN)
 
 
 def astar_batch(batch: ProblemBatch, *, heuristic: str = "zero", cost: str = "max", queue: str = "auto",
-                h_BxN=None, mesh=None, axis: str = "data") -> KernelResult:
+                h_BxN=None, mesh=None, axis: str = "data", sub_batches: int = 1) -> KernelResult:
     """Batched A* on device. The search is jitted once per (padded sizes, cost, queue); heuristics are separate
     small jits, so the three heuristics share one compiled search.
 
@@ -247,8 +285,8 @@ def astar_batch(batch: ProblemBatch, *, heuristic: str = "zero", cost: str = "ma
     `batch` with NamedSharding(mesh, PartitionSpec(axis)) to avoid a transfer.
     """
     axiom_weight(cost)
-    if queue not in ("auto", "dense", "blocked", "packed"):
-        raise ValueError(f"unknown queue kind {queue!r} (expected 'auto', 'dense', 'blocked' or 'packed')")
+    if queue not in QUEUE_KINDS:
+        raise ValueError(f"unknown queue kind {queue!r} (expected one of {QUEUE_KINDS})")
     _check_mesh(batch, mesh, axis)
     n, m = batch.sizes[:2]
     max_h = n  # built-in heuristics under cost "max" are integers <= the number of atoms
@@ -262,7 +300,8 @@ def astar_batch(batch: ProblemBatch, *, heuristic: str = "zero", cost: str = "ma
     packed = None
     if cost == "max" and max_h is not None:
         packed = PackedQueue.bits_for(n_atoms=n, n_edges=m, max_h=max_h)
-    return _astar_jit(batch, h_BxN, cost=cost, queue_kind=queue, packed_bits=packed, mesh=mesh, axis=axis)
+    return _astar_jit(batch, h_BxN, cost=cost, queue_kind=queue, packed_bits=packed, mesh=mesh, axis=axis,
+                      sub_batches=int(sub_batches))
 
 
 def _check_h(h_BxN, batch: ProblemBatch):

@@ -7,6 +7,7 @@ A problem is first reduced to `HypergraphArrays` (host NumPy, exact sizes), then
   M  hyperedges in the host's canonical order         premises_BxMxK   premise atom ids, -1 pad;  head_BxM (-1 pad)
   K  premise slots                                   goal_B           goal atom id, -1 when the goal is not a theorem
   D  hyperedges per atom as a premise                out_edges_BxNxD  ascending hyperedge ids where the atom is a premise
+  I  hyperedges per atom as the head                 in_edges_BxNxI   ascending hyperedge ids whose head is the atom
   n_atoms_B, n_edges_B                               real sizes (everything at or past them is padding)
   E  unary edges of the dependency heuristic's        relaxed_src_BxE, relaxed_dst_BxE  premise -> conclusion vertex
      relaxed graph (search.heuristics.relaxed_graph)  ids over N' = N + extra vertices (ids < N are the atoms of M,
@@ -19,7 +20,7 @@ Sizes are rounded up to buckets 2^k or 1.5 * 2^k (`bucket_size`). Hyperedge id m
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -137,6 +138,7 @@ class ProblemBatch:
     n_edges_B: jax.Array
     relaxed_src_BxE: jax.Array
     relaxed_dst_BxE: jax.Array
+    in_edges_BxNxI: jax.Array
 
     @property
     def batch(self) -> int:
@@ -171,10 +173,12 @@ def pack_batch(problems: Sequence[HypergraphArrays], *, buckets: Buckets = Bucke
         raise ValueError("pack_batch: empty list of problems (expected at least one)")
     for i, p in enumerate(problems):
         _check_bucket(p, i, buckets)
+    tables = [_edge_tables(p) for p in problems]
     n = bucket_size(max(p.n_atoms for p in problems), minimum=min_sizes[0])
     m = bucket_size(max(p.n_edges for p in problems), minimum=min_sizes[1])
     k = bucket_size(max(p.max_premises for p in problems), minimum=min_sizes[2])
-    d = bucket_size(max(int(p.out_degree().max(initial=0)) for p in problems), minimum=min_sizes[3])
+    d = bucket_size(max(t.out_degree for t in tables), minimum=min_sizes[3])
+    i_deg = bucket_size(max(t.in_degree for t in tables), minimum=1)
     relaxed = [p.relaxed_edges() for p in problems]
     e = bucket_size(max(len(r[0]) for r in relaxed), minimum=min_sizes[4] if len(min_sizes) > 4 else 8)
     b = -(-len(problems) // pad_batch_to) * pad_batch_to
@@ -184,27 +188,70 @@ def pack_batch(problems: Sequence[HypergraphArrays], *, buckets: Buckets = Bucke
     premises = np.full((b, m, k), -1, np.int32)
     head = np.full((b, m), -1, np.int32)
     out_edges = np.full((b, n, d), -1, np.int32)
+    in_edges = np.full((b, n, i_deg), -1, np.int32)
     goal = np.full((b,), -1, np.int32)
     n_atoms = np.zeros((b,), np.int32)
     n_edges = np.zeros((b,), np.int32)
-    for i, p in enumerate(problems):
+    for i, (p, t) in enumerate(zip(problems, tables)):
         axiom_order[i, :len(p.axiom_order)] = p.axiom_order
-        for j, prem in enumerate(p.premises):
-            premises[i, j, :len(prem)] = prem
+        premises[i, :p.n_edges, :t.premises.shape[1]] = t.premises
         head[i, :p.n_edges] = p.heads
-        fill = np.zeros(p.n_atoms, np.int64)
-        for j, prem in enumerate(p.premises):  # ascending j keeps each list in canonical order
-            for a in dict.fromkeys(prem):
-                out_edges[i, a, fill[a]] = j
-                fill[a] += 1
+        out_edges[i, t.out_atom, t.out_slot] = t.out_edge
+        in_edges[i, t.in_atom, t.in_slot] = t.in_edge
         goal[i] = p.goal
         n_atoms[i] = p.n_atoms
         n_edges[i] = p.n_edges
-        src, dst = relaxed[i]
+        src = np.asarray(relaxed[i][0], np.int64)
+        dst = np.asarray(relaxed[i][1], np.int64)
         # extra vertices n_atoms.. are re-based after the padded N so they never collide with padded atom ids
-        relaxed_src[i, :len(src)] = [v if v < p.n_atoms else v - p.n_atoms + n for v in src]
-        relaxed_dst[i, :len(dst)] = [v if v < p.n_atoms else v - p.n_atoms + n for v in dst]
-    return ProblemBatch(axiom_order, premises, head, out_edges, goal, n_atoms, n_edges, relaxed_src, relaxed_dst)
+        relaxed_src[i, :len(src)] = np.where(src < p.n_atoms, src, src - p.n_atoms + n)
+        relaxed_dst[i, :len(dst)] = np.where(dst < p.n_atoms, dst, dst - p.n_atoms + n)
+    return ProblemBatch(axiom_order, premises, head, out_edges, goal, n_atoms, n_edges, relaxed_src, relaxed_dst,
+                        in_edges)
+
+
+class _EdgeTables(NamedTuple):
+    """One problem's NumPy tables: premises [M, K'] (-1 pad) and the entries (atom, slot) -> hyperedge id of its
+    out-edge lists (distinct premises) and in-edge lists (head), each list in ascending id."""
+
+    premises: np.ndarray
+    out_atom: np.ndarray
+    out_slot: np.ndarray
+    out_edge: np.ndarray
+    out_degree: int
+    in_atom: np.ndarray
+    in_slot: np.ndarray
+    in_edge: np.ndarray
+    in_degree: int
+
+
+def _slots(keys_sorted: np.ndarray) -> tuple[np.ndarray, int]:
+    """Slot of each entry within its run of equal keys (keys sorted), and the longest run (0 when empty)."""
+    if keys_sorted.size == 0:
+        return keys_sorted, 0
+    start = np.r_[0, np.flatnonzero(keys_sorted[1:] != keys_sorted[:-1]) + 1]
+    runs = np.diff(np.r_[start, keys_sorted.size])
+    return np.arange(keys_sorted.size) - np.repeat(start, runs), int(runs.max())
+
+
+def _edge_tables(p: HypergraphArrays) -> _EdgeTables:
+    kk = p.max_premises
+    prem = np.full((p.n_edges, kk), -1, np.int64)
+    for j, ps in enumerate(p.premises):
+        prem[j, :len(ps)] = ps
+    # a premise repeated within one hyperedge lists that hyperedge once for the atom
+    dup = np.zeros(prem.shape, bool)
+    for s in range(1, kk):
+        dup[:, s] = np.any(prem[:, :s] == prem[:, s:s + 1], axis=1)
+    keep = (prem >= 0) & ~dup
+    atom = prem[keep]
+    edge = np.broadcast_to(np.arange(p.n_edges)[:, None], prem.shape)[keep]
+    order = np.lexsort((edge, atom))
+    out_slot, d = _slots(atom[order])
+    heads = np.asarray(p.heads, np.int64)
+    by_head = np.argsort(heads, kind="stable")
+    in_slot, i_deg = _slots(heads[by_head])
+    return _EdgeTables(prem, atom[order], out_slot, edge[order], d, heads[by_head], in_slot, by_head, i_deg)
 
 
 def to_device(batch: ProblemBatch, sharding=None) -> ProblemBatch:
