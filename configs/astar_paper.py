@@ -9,14 +9,16 @@ Variant names: `<model>_<dataset>_sft_<heuristic>` or `<model>_<dataset>_grpo_<r
   reward    correctness | step_count | astar_dependency | astar_true   (GRPO from an SFT checkpoint)
 SFT: Adam (0.9, 0.999), lr 2e-5, cosine with warmup 0.03, 3 epochs, batch 4 (1B) / 2 (3B), best validation loss.
 GRPO: one epoch, 16 completions per group, beta 0.04, lr 1e-6; starts from the SFT export named in SFT_EXPORTS
-(the paper: true cost-to-go SFT on ProofWriter, dependency SFT on DeepRD), USER-PROVIDED.
+(the paper: true cost-to-go SFT on ProofWriter, dependency SFT on DeepRD), USER-PROVIDED. The GRPO reward is scored
+ON DEVICE (`options.device=True` of the "astar" reward: host parsing, then one jitted A* kernel call per batch), and
+evaluation scores the split on device too (`reasoner.evaluation.EvalSettings.scoring`, default "device").
 Generation budget: 1024 new tokens on ProofWriter, 2048 on DeepRD; greedy evaluation on the full test split.
 bf16 compute with f32 master weights, remat, FSDP over all devices (TPU pods / GPU nodes).
 """
 
 import ml_collections
 
-from configs import astar_demo
+from configs import astar_demo, grpo_astar
 
 MODELS = ("llama1b", "llama3b")
 DATASETS = ("proofwriter", "deeprd")
@@ -67,8 +69,7 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
     c.grpo.grpo.update(dict(num_generations=16, prompts_per_step=1, max_new_tokens=new_tokens, temperature=1.0))
     c.grpo.optim.lr = 1e-6
     c.grpo.train.update(dict(num_steps={"deeprd": 2000, "proofwriter": 9207}[dataset], checkpoint_every=100))
-    c.grpo.rewards = [{"name": "astar", "as": which if stage == "grpo" else "astar_dependency", "weight": 1.0,
-                       "timeout_s": 60.0,
-                       "options": {"reward": which if stage == "grpo" else "astar_dependency", "dataset": dataset}}]
+    reward = which if stage == "grpo" else "astar_dependency"
+    c.grpo.rewards = grpo_astar.astar_reward(reward, dataset, device=True)
     c.eval.update(dict(num_samples=1, temperature=0.0, max_new_tokens=new_tokens, batch_size=64))
     return c

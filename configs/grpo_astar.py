@@ -5,7 +5,9 @@ greedy decoding at evaluation; max 1024 new tokens on ProofWriter, 2048 on DeepR
 checkpoint (`model.name` = its exported directory). The paper does not name TRL's loss type or clipping: TRL 1.16
 defaults (dapo, epsilon 0.2, scale_rewards "group") are kept. `rewards` lists registry specs
 (`reasoner.rewards.CompositeReward.from_config`); the four rewards are correctness, step_count, astar_dependency,
-astar_true (`reasoner.tasks.astar.reward_specs`).
+astar_true (`reasoner.tasks.astar.reward_specs`). They are scored ON DEVICE by default (option `device: True` of the
+"astar" reward: completions parsed on the host, the whole batch scored by the jitted A* kernel in one call,
+`reasoner.rewards.astar_device`); set a spec's `options.device` to False for the host `ProblemScorer` path.
 
 Variants: None / "smollm2" (the embedded SmolLM2-135M-Instruct on DeepRD, CPU-sized), "llama1b" / "llama3b"
 (paper scale, bf16 + remat, set model.name), "proofwriter" (1024 new tokens, ProofWriter verbalizer), one variant
@@ -18,9 +20,10 @@ import ml_collections
 REWARDS = ("correctness", "step_count", "astar_dependency", "astar_true")
 
 
-def astar_reward(name: str, dataset: str) -> list[dict]:
+def astar_reward(name: str, dataset: str, *, device: bool = True) -> list[dict]:
+    """Registry spec of one A* reward; device=True scores the batch with the jitted kernel (one call per step)."""
     return [{"name": "astar", "as": name, "weight": 1.0, "timeout_s": 60.0,
-             "options": {"reward": name, "dataset": dataset}}]
+             "options": {"reward": name, "dataset": dataset, "device": device}}]
 
 
 def base_config() -> ml_collections.ConfigDict:

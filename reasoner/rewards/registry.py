@@ -85,9 +85,12 @@ def _load_builtin_rewards() -> None:
 
 
 def completion_text(completion) -> str:
-    """Text of a completion: a string, or the concatenated assistant contents of a chat message list."""
+    """Text of a completion: a string, or the concatenated assistant contents of a chat message list or of a
+    scratchpad `Trajectory` (its `.messages`, as GRPO's multi-turn rollouts return)."""
     if isinstance(completion, str):
         return completion
+    if not isinstance(completion, Sequence) and isinstance(getattr(completion, "messages", None), list):
+        completion = completion.messages
     if isinstance(completion, Sequence) and all(isinstance(m, Mapping) for m in completion):
         return "".join(str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
     raise TypeError(f"completion of type {type(completion).__name__}: expected str or a list of chat messages")
