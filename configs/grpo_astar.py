@@ -45,6 +45,7 @@ def base_config() -> ml_collections.ConfigDict:
         temperature=1.0, top_p=1.0, top_k=0, stop=(),
         loss_type="dapo", beta=0.04, epsilon_low=0.2, epsilon_high=0.2, delta=0.0, use_bias_correction_kl=True,
         scale_rewards="group", num_iterations=1, mask_truncated=False, grad_accum=1,
+        # tool "scratchpad" (with max_turns > 1): multi-turn SMT scratchpad rollouts, trainers.grpo.ScratchpadTool
         max_turns=1, tool="", tool_reserve=256))
     c.rewards = astar_reward("astar_dependency", "deeprd")
     c.optim = ml_collections.ConfigDict(dict(

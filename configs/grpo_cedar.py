@@ -34,6 +34,7 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
         temperature=0.7, top_p=1.0, top_k=0, stop=(),
         loss_type="dapo", beta=0.01, epsilon_low=0.2, epsilon_high=0.2, delta=0.0, use_bias_correction_kl=True,
         scale_rewards="group", num_iterations=1, mask_truncated=False, grad_accum=1,
+        # tool "scratchpad" (with max_turns > 1): multi-turn SMT scratchpad rollouts, trainers.grpo.ScratchpadTool
         max_turns=1, tool="", tool_reserve=256))
     c.rewards = [{"name": "exact_match", "as": "correctness", "weight": 1.0, "timeout_s": 30.0,
                   "options": {"answer_key": "answer", "normalize": "lower_ws"}}]

@@ -18,8 +18,9 @@ per-token loss for grpo / bnpo / dr_grpo / dapo, clipping, k3 KL) is `trainers.g
     reward functions read; default from `config.data`. With `config.data.task == "astar"` rows are A* records
     (`reasoner.tasks.astar`), turned into prompts here and scored by the registry's "astar" rewards.
   reward: a CompositeReward (default: `CompositeReward.from_config(config.rewards)`).
-  tool: `tool(turn_text, example) -> str | None` for multi-turn rollouts (None ends the row); default from
-    `config.grpo.tool` ("" = single turn, "z3" = the SMT scratchpad tool `z3_tool`).
+  tool: a `ScratchpadTool` for multi-turn rollouts in the SMT scratchpad protocol (Hermes tool calls z3_solve /
+    finish, observations as tool messages, finish() ends the row); default from `config.grpo.tool`
+    ("" = single turn, "scratchpad").
   Resumes from `workdir/checkpoints` (state, rng, prompt-stream position, metrics log). Returns `GRPOResult`.
 
 Choices where TRL leaves room: a completion is truncated iff the sampler stopped it on length (TRL: the last token is
@@ -35,10 +36,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -51,9 +51,6 @@ from trainers import grpo_loss as gl
 from trainers.optim import make_optimizer
 from trainers.state import TrainState
 from trainers.step import jit_train_step, make_train_step
-
-Tool = Callable[[str, Mapping], "str | None"]
-
 
 # ============================================================================================== config
 def loss_config(config) -> gl.GRPOLossConfig:
@@ -213,7 +210,8 @@ class Rollout:
     """B = prompts x G rows (row b: sample b % G of prompt b // G), completion tokens of every turn.
 
     completion_ids / tool_mask (1 = model token, 0 = tool response) / old_logps: per row, the same length.
-    completions: per row, a list of chat messages (assistant turns and tool responses) for the rewards.
+    completions: per row, the chat messages of its assistant turns (single turn), or its scratchpad `Trajectory`
+    (multi-turn with `ScratchpadTool`: messages, tool calls, observations, answer), for the rewards.
     """
 
     prompt_ids: list[list[int]]
@@ -221,7 +219,7 @@ class Rollout:
     tool_mask: list[np.ndarray]
     old_logps: list[np.ndarray]
     truncated: np.ndarray
-    completions: list[list[dict]]
+    completions: list
     examples: list[Mapping]
 
     @property
@@ -232,19 +230,24 @@ class Rollout:
 
 
 def rollout(sampler, *, prompt_ids: Sequence[Sequence[int]], examples: Sequence[Mapping], sampling,
-            budget: int, tool: Tool | None = None, max_turns: int = 1, tool_reserve: int = 256) -> Rollout:
+            budget: int, tool: ScratchpadTool | None = None, max_turns: int = 1, tool_reserve: int = 256) -> Rollout:
     """Generates `sampling.n` completions per prompt, continuing rows through `tool` for up to `max_turns` turns.
 
-    A row ends when its turn stops on EOS or length, when the tool returns None, or when its completion would
-    exceed `budget` tokens (then it counts as truncated). Tool responses are appended to the same KV cache.
+    With a tool, `prompt_ids` must be `tool.prompt_ids(example["prompt"])`. A row ends when its turn stops on
+    length, when the tool ends it (finish(), no tool call), or when its completion would exceed `budget` tokens
+    (then it counts as truncated). Tool responses are appended to the same KV cache with tool_mask 0.
     """
     from reasoner.tokenization import encode
 
     n = sampling.n
+    multi = tool is not None and max_turns > 1
+    if tool is not None:
+        sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *tool.stop))))
+        tool.begin([examples[b // n].get("prompt", "") for b in range(len(prompt_ids) * n)])
     longest = max(len(p) for p in prompt_ids)
     max_len = longest + budget + 1
     session = sampler.start([list(p) for p in prompt_ids], sampling, max_len=max_len,
-                            reserve=tool_reserve if tool is not None and max_turns > 1 else 0)
+                            reserve=tool_reserve if multi else 0)
     B = len(prompt_ids) * n
     ids = [[] for _ in range(B)]
     model_tok = [[] for _ in range(B)]
@@ -254,30 +257,31 @@ def rollout(sampler, *, prompt_ids: Sequence[Sequence[int]], examples: Sequence[
     rows = list(range(B))
     for turn in range(max_turns):
         done = session.run()
-        appends = {}
+        replies = {}
         for b, comp in zip(rows, done):
             ids[b] += [int(t) for t in comp.tokens]
             model_tok[b] += [1] * comp.num_tokens
             logps[b] += [float(x) for x in comp.sample_logprobs]
             messages[b].append({"role": "assistant", "content": comp.text})
-            if comp.finish_reason == "length":
-                truncated[b] = True
+            truncated[b] |= comp.finish_reason == "length"
+            # an end-of-turn token that stopped the row is in the cache, so it belongs to the row's text
+            end = sampler.tokenizer.decode([int(comp.tokens[-1])]) if comp.finish_reason == "eos" else ""
+            replies[b] = (comp.text, comp.text + end)
+        if tool is None:
+            break
+        last = turn == max_turns - 1
+        suffixes = tool.turn(replies, want_next=not last)
+        appends = {}
+        for b, suffix in suffixes.items():
+            if truncated[b]:
                 continue
-            if tool is None or turn == max_turns - 1 or comp.finish_reason == "eos":
-                continue
-            response = tool(comp.text, examples[b // n])
-            if response is None:
-                continue
-            resp_ids = encode(sampler.tokenizer, response)
-            if not resp_ids:
-                continue
+            resp_ids = encode(sampler.tokenizer, suffix)
             if len(ids[b]) + len(resp_ids) + 1 > budget or len(session.history[b]) + len(resp_ids) + 2 >= max_len:
                 truncated[b] = True  # no room for the response and another turn
                 continue
             ids[b] += resp_ids
             model_tok[b] += [0] * len(resp_ids)
             logps[b] += [0.0] * len(resp_ids)
-            messages[b].append({"role": "tool", "content": response})
             appends[b] = resp_ids
         if not appends:
             break
@@ -292,38 +296,102 @@ def rollout(sampler, *, prompt_ids: Sequence[Sequence[int]], examples: Sequence[
                    completion_ids=[np.asarray(x, np.int32) for x in ids],
                    tool_mask=[np.asarray(x, np.float32) for x in model_tok],
                    old_logps=[np.asarray(x, np.float32) for x in logps], truncated=truncated,
-                   completions=messages, examples=[examples[b // n] for b in range(B)])
+                   completions=tool.trajectories() if tool is not None else messages,
+                   examples=[examples[b // n] for b in range(B)])
 
 
-def _last_block(text: str, tag: str) -> str | None:
-    found = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.DOTALL)
-    return found[-1].strip() if found else None
+class ScratchpadTool:
+    """Multi-turn GRPO rollouts in the SMT scratchpad protocol of `reasoner.agents.scratchpad` (Sequent-Prover).
+
+    The same format the SMT evaluation (`run_scratchpad` over `SamplerPolicy`) runs: prompts rendered with the chat
+    template and the `TOOLS` schema; a turn stops right after `</tool_call>`; its Hermes tool calls are parsed by
+    `reasoner.agents.tool_calls` and run by `scratchpad.advance` (z3_solve through the verifier pool, every call of
+    the turn submitted before any is awaited); observations come back as "tool" messages. The tokens appended to a
+    row's cache are the chat template's rendering of what follows the reply (end of the assistant turn, the tool
+    messages, the next generation prompt), so they are masked out of the loss. finish(), a reply without a tool
+    call, or the turn limit ends the row. The rows' `Trajectory` objects are the completions the rewards see
+    (e.g. the "smt_scratchpad" reward).
+    """
+
+    stop = ("</tool_call>",)
+
+    def __init__(self, tokenizer, *, runner=None, timeout_cap_s: float = 30.0, tools=None):
+        from reasoner.agents.policies import TOOLS
+
+        self.tokenizer = tokenizer
+        self.tools = TOOLS if tools is None else tools
+        self.timeout_cap_s = float(timeout_cap_s)
+        self._runner = runner
+        self.episodes: list = []
+        self._row_text: list[str] = []
+        self.mismatches = 0  # rows ended because the re-rendered conversation did not extend the cache's text
+
+    @property
+    def runner(self):
+        if self._runner is None:  # started on first use: single-turn configs never spawn the verifier pool
+            from reasoner.verifiers.z3_runner import Z3Runner
+
+            self._runner = Z3Runner(timeout_s=self.timeout_cap_s)
+        return self._runner
+
+    @staticmethod
+    def messages(prompt) -> list[dict]:
+        return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+
+    def render(self, messages: list[dict]) -> str:
+        from reasoner.tokenization import render_chat
+
+        try:
+            return render_chat(self.tokenizer, messages, add_generation_prompt=True, tools=self.tools)
+        except Exception:  # templates without tool support reject `tools` (as SamplerPolicy does)
+            return render_chat(self.tokenizer, messages, add_generation_prompt=True)
+
+    def prompt_ids(self, prompt) -> list[int]:
+        from reasoner.tokenization import encode
+
+        return encode(self.tokenizer, self.render(self.messages(prompt)))
+
+    def begin(self, prompts: Sequence) -> None:
+        """One episode per row (row b answers prompts[b])."""
+        from reasoner.agents.scratchpad import Episode
+
+        self.episodes = [Episode(str(b), self.messages(p)) for b, p in enumerate(prompts)]
+        self._row_text = [self.render(e.trajectory.messages) for e in self.episodes]
+
+    def turn(self, replies: Mapping[int, tuple[str, str]], *, want_next: bool) -> dict[int, str]:
+        """replies: row -> (reply text, reply as it stands in the cache, e.g. with its end-of-turn token). Runs the
+        turn's tool calls; returns row -> text to append for the rows that go on (none when not `want_next`)."""
+        from reasoner.agents.scratchpad import advance
+
+        rows = [b for b in sorted(replies) if not self.episodes[b].done]
+        advance([self.episodes[b] for b in rows], [replies[b][0] for b in rows], runner=self.runner,
+                timeout_cap_s=self.timeout_cap_s)
+        out = {}
+        for b in rows:
+            self._row_text[b] += replies[b][1]
+            if self.episodes[b].done or not want_next:
+                continue
+            full = self.render(self.episodes[b].trajectory.messages)
+            if not full.startswith(self._row_text[b]):
+                self.mismatches += 1
+                continue
+            out[b], self._row_text[b] = full[len(self._row_text[b]):], full
+        return out
+
+    def trajectories(self) -> list:
+        from reasoner.agents.scratchpad import close
+
+        return close(self.episodes)
 
 
-def z3_tool(runner=None, *, tag: str = "z3-solve", timeout_s: float = 10.0) -> Tool:
-    """The SMT scratchpad tool: the last `<z3-solve>SMT-LIB</z3-solve>` block of a turn runs in Z3 (through the
-    verifier pool); the observation comes back as `<tool_response>{json}</tool_response>`. No block: the row ends."""
-    from reasoner.verifiers.z3_runner import Z3Runner
-
-    runner = runner or Z3Runner(timeout_s=timeout_s)
-
-    def tool(turn_text: str, example: Mapping) -> str | None:
-        code = _last_block(turn_text, tag)
-        if code is None:
-            return None
-        result = runner.solve(code)
-        return "\n<tool_response>" + json.dumps(result.to_dict(), sort_keys=True) + "</tool_response>\n"
-
-    return tool
-
-
-def tool_from_config(config) -> Tool | None:
+def tool_from_config(config, tokenizer) -> ScratchpadTool | None:
     name = config.grpo.tool
     if not name:
         return None
-    if name == "z3":
-        return z3_tool()
-    raise ValueError(f"grpo.tool={name!r}: expected '' (single turn) or 'z3'")
+    if name == "scratchpad":
+        return ScratchpadTool(tokenizer)
+    raise ValueError(f"grpo.tool={name!r}: expected '' (single turn) or 'scratchpad' (the SMT scratchpad: "
+                     "z3_solve / finish tool calls)")
 
 
 # ============================================================================================== reward
@@ -532,7 +600,7 @@ def prompt_bucket(n: int) -> int:
 
 
 # ============================================================================================== one iteration
-def generation_step(parts: dict, state: TrainState, *, examples: Sequence[Mapping], reward, tool: Tool | None,
+def generation_step(parts: dict, state: TrainState, *, examples: Sequence[Mapping], reward, tool: ScratchpadTool | None,
                     seed: int) -> tuple[TrainState, dict[str, float]]:
     """Rollout -> rewards (host thread) || reference log-probs (device) -> advantages -> num_iterations updates."""
     from reasoner.data.pipeline import to_global_batch
@@ -542,7 +610,8 @@ def generation_step(parts: dict, state: TrainState, *, examples: Sequence[Mappin
     tok = parts["tokenizer"]
     budget = completion_budget(c)
     t0 = time.perf_counter()
-    prompt_ids = [prompt_token_ids(tok, e["prompt"]) for e in examples]
+    prompt_ids = [tool.prompt_ids(e["prompt"]) if tool is not None else prompt_token_ids(tok, e["prompt"])
+                  for e in examples]
     sampling = SamplingParams(max_new_tokens=int(g.max_new_tokens), temperature=float(g.temperature),
                               top_p=float(g.top_p), top_k=int(g.top_k), n=int(g.num_generations), seed=seed,
                               stop=tuple(g.stop), eos_ids=() if g.get("ignore_eos") else None)
@@ -588,7 +657,7 @@ def generation_step(parts: dict, state: TrainState, *, examples: Sequence[Mappin
 
 # ============================================================================================== eval
 def evaluate(parts: dict, state: TrainState, *, examples: Sequence[Mapping], reward, batch_prompts: int = 8,
-             tool: Tool | None = None) -> dict[str, float]:
+             tool: ScratchpadTool | None = None) -> dict[str, float]:
     """Greedy (temperature 0) completion of every example: mean weighted reward and each function's mean."""
     from reasoner.sampling import SamplingParams
 
@@ -598,7 +667,8 @@ def evaluate(parts: dict, state: TrainState, *, examples: Sequence[Mapping], rew
     names = reward.names
     for start in range(0, len(examples), batch_prompts):
         chunk = list(examples[start:start + batch_prompts])
-        ids = [prompt_token_ids(parts["tokenizer"], e["prompt"]) for e in chunk]
+        ids = [tool.prompt_ids(e["prompt"]) if tool is not None else prompt_token_ids(parts["tokenizer"], e["prompt"])
+               for e in chunk]
         sampling = SamplingParams(max_new_tokens=int(g.max_new_tokens), temperature=0.0, n=1, stop=tuple(g.stop))
         r = rollout(parts["sampler"], prompt_ids=ids, examples=chunk, sampling=sampling,
                     budget=completion_budget(parts["config"]), tool=tool, max_turns=int(g.max_turns),
@@ -634,7 +704,7 @@ class GRPOResult:
 
 
 def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_examples=None, reward=None,
-          tool: Tool | None = None, mesh=None, progress: bool = True) -> GRPOResult:
+          tool: ScratchpadTool | None = None, mesh=None, progress: bool = True) -> GRPOResult:
     """Runs (or resumes) GRPO for `config.train.num_steps` generation steps; see the module docstring."""
     from tqdm import tqdm
 
@@ -657,8 +727,8 @@ def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_ex
                          as_example(e, task=config.data.task, dataset=config.data.dataset) for e in eval_examples]
     own_reward = reward is None
     reward = reward or CompositeReward.from_config([dict(s) for s in config.rewards])
-    tool = tool if tool is not None else tool_from_config(config)
     parts = build_grpo(config, model=model, tokenizer=tokenizer, mesh=mesh)
+    tool = tool if tool is not None else tool_from_config(config, parts["tokenizer"])
     state = parts["state"]
     stream = PromptStream(len(examples), int(config.grpo.prompts_per_step), int(config.seed))
     ckpt = RunCheckpoints(workdir, keep=int(config.train.keep_checkpoints),

@@ -71,7 +71,9 @@ def _bad_call(tool: str, error: str, turn: int) -> dict:
             "error": error, "output": "", "elapsed_s": 0.0}
 
 
-class _Episode:
+class Episode:
+    """One running episode: its Trajectory and the solver calls of the current turn."""
+
     def __init__(self, problem_id: str, messages: list[dict]):
         self.trajectory = Trajectory(problem_id=problem_id, messages=[dict(m) for m in messages])
         self.pending: list = []  # (observation index, future) of this turn's solver calls
@@ -88,7 +90,7 @@ def _clamp_timeout(value, cap: float) -> float:
         return float(cap)
 
 
-def _apply_reply(episode: _Episode, text: str, *, runner, timeout_cap_s: float) -> None:
+def _apply_reply(episode: Episode, text: str, *, runner, timeout_cap_s: float) -> None:
     traj = episode.trajectory
     turn = traj.turns
     traj.messages.append({"role": "assistant", "content": text})
@@ -118,7 +120,7 @@ def _apply_reply(episode: _Episode, text: str, *, runner, timeout_cap_s: float) 
         episode.pending.append((len(traj.observations) - 1, runner.submit(code, timeout_s=timeout)))
 
 
-def _collect(episode: _Episode) -> None:
+def _collect(episode: Episode) -> None:
     traj = episode.trajectory
     for index, future in episode.pending:
         result = future.result()
@@ -139,7 +141,7 @@ def run_scratchpad(policy: Policy, conversations: Sequence[tuple[str, list[dict]
     """
     if t_max < 1:
         raise ValueError(f"t_max must be >= 1, got {t_max}")
-    episodes = [_Episode(pid, messages) for pid, messages in conversations]
+    episodes = [Episode(pid, messages) for pid, messages in conversations]
     for _ in range(t_max):
         live = [e for e in episodes if not e.done]
         if not live:
@@ -147,14 +149,26 @@ def run_scratchpad(policy: Policy, conversations: Sequence[tuple[str, list[dict]
         replies = policy.respond([e.trajectory.messages for e in live])
         if len(replies) != len(live):
             raise ValueError(f"policy returned {len(replies)} replies for {len(live)} conversations")
-        for episode, raw in zip(live, replies):
-            reply = as_reply(raw)
-            episode.trajectory.prompt_tokens += reply.prompt_tokens or 0
-            episode.trajectory.completion_tokens += reply.completion_tokens or 0
-            _apply_reply(episode, reply.text, runner=runner, timeout_cap_s=timeout_cap_s)
-        for episode in live:  # all solver calls of the turn were submitted before any is awaited
-            _collect(episode)
-            episode.trajectory.turns += 1
+        advance(live, [as_reply(raw) for raw in replies], runner=runner, timeout_cap_s=timeout_cap_s)
+    return close(episodes)
+
+
+def advance(episodes: Sequence[Episode], replies: Sequence, *, runner, timeout_cap_s: float = 30.0) -> None:
+    """One turn of live episodes: each reply (str or Reply) is appended and its tool calls run; every solver call
+    of the turn is submitted before any is awaited; then the observations are appended as tool messages.
+    Used by `run_scratchpad` and by GRPO's multi-turn rollouts (`trainers.grpo.ScratchpadTool`)."""
+    for episode, raw in zip(episodes, replies):
+        reply = as_reply(raw)
+        episode.trajectory.prompt_tokens += reply.prompt_tokens or 0
+        episode.trajectory.completion_tokens += reply.completion_tokens or 0
+        _apply_reply(episode, reply.text, runner=runner, timeout_cap_s=timeout_cap_s)
+    for episode in episodes:
+        _collect(episode)
+        episode.trajectory.turns += 1
+
+
+def close(episodes: Sequence[Episode]) -> list[Trajectory]:
+    """Ends every episode still running as "max_turns" (answer = last reply, verified False); the trajectories."""
     for episode in episodes:
         traj = episode.trajectory
         if not episode.done:
