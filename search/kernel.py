@@ -240,7 +240,7 @@ def _in_sub_batches(search, args, *, sub_batches: int, cost: str):
     k = max((s for s in range(1, sub_batches + 1) if b % s == 0), default=1)
     if k == 1:
         return search(*args)
-    axo, prem, head, _, _, goal, h = args
+    axo, prem, head, _, goal, h = args
     work = jax.vmap(functools.partial(_predicted_pops, cost=cost))(axo, prem, head, goal, h)
     order = jnp.argsort(work)
     inverse = jnp.zeros_like(order).at[order].set(jnp.arange(b, dtype=order.dtype))
@@ -252,39 +252,48 @@ def _in_sub_batches(search, args, *, sub_batches: int, cost: str):
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0)[inverse], *parts)
 
 
-@functools.partial(jax.jit, static_argnames=("cost", "queue_kind", "packed_bits", "mesh", "axis", "sub_batches"))
+@functools.partial(jax.jit, static_argnames=("cost", "queue_kind", "packed_bits", "mesh", "axis", "sub_batches",
+                                             "frontier_width"))
 def _astar_jit(batch: ProblemBatch, h_BxN, *, cost: str, queue_kind: str, packed_bits, mesh,
-               axis: str, sub_batches: int) -> KernelResult:
+               axis: str, sub_batches: int, frontier_width: int) -> KernelResult:
     n = batch.sizes[0]
     queue = None if queue_kind == "frontier" else choose_queue(n, kind=queue_kind, packed_bits=packed_bits)
 
-    def search(axo, prem, head, oute, ine, goal, h):
+    def search(axo, prem, head, oute, goal, h):
         if queue is None:
-            return astar_frontier(axo, prem, head, oute, ine, goal, h, cost=cost)
+            return astar_frontier(axo, prem, head, oute, goal, h, cost=cost, width=frontier_width)
         return astar_core(axo, prem, head, oute, goal, h, cost=cost, queue=queue)
 
-    def run(axo, prem, head, oute, ine, goal, h):
-        out = _in_sub_batches(search, (axo, prem, head, oute, ine, goal, h), sub_batches=sub_batches, cost=cost)
+    def run(axo, prem, head, oute, goal, h):
+        out = _in_sub_batches(search, (axo, prem, head, oute, goal, h), sub_batches=sub_batches, cost=cost)
         wg, trace, npush, popped, popped_f, npop = out
         vmask, vcount, xd = jax.vmap(functools.partial(_v_pops, n=n))(trace, npush, prem, popped, popped_f)
         return KernelResult(wg, trace, npush, popped, popped_f, npop, vmask, vcount, xd, h)
 
-    return _over_shards(run, mesh, axis, 7)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
-                                            batch.out_edges_BxNxD, batch.in_edges_BxNxI, batch.goal_B, h_BxN)
+    return _over_shards(run, mesh, axis, 6)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
+                                            batch.out_edges_BxNxD, batch.goal_B, h_BxN)
 
 
 def astar_batch(batch: ProblemBatch, *, heuristic: str = "zero", cost: str = "max", queue: str = "auto",
-                h_BxN=None, mesh=None, axis: str = "data", sub_batches: int = 1) -> KernelResult:
+                h_BxN=None, mesh=None, axis: str = "data", sub_batches: int = 1,
+                frontier_width: int = 16) -> KernelResult:
     """Batched A* on device. The search is jitted once per (padded sizes, cost, queue); heuristics are separate
     small jits, so the three heuristics share one compiled search.
 
     heuristic: "zero" | "dependency" | "true" (computed on device) or "given" with `h_BxN` float32 [B, N] (entries
-    must be >= 0 or +inf; NaN or negative values raise). queue: "auto" (dense up to a capacity, blocked beyond),
-    "dense", "blocked" or "packed" ("auto" takes packed, one int32 key per atom, when keys are small integers).
+    must be >= 0 or +inf; NaN or negative values raise). queue: "auto", "frontier", "dense", "blocked" or
+    "packed". "frontier" pops up to `frontier_width` items of equal (f, h) per loop step (search.kernel_frontier;
+    exact for every heuristic, fastest when pushes never tie the frontier's key, i.e. h = 0); the others pop one
+    item per step ("dense" arg-min, "packed" one int32 key per atom, "blocked" for thousands of atoms). "auto":
+    frontier for the zero heuristic (Dijkstra: one step per distinct weight instead of one per pop), else packed
+    when keys are small integers or dense up to a capacity, blocked beyond. `sub_batches` > 1 runs groups of
+    problems with similar predicted work in separate loops (fewer straggler steps, one more compiled loop each).
     mesh: run data-parallel with the batch split over mesh axis `axis` (shard_map); place
     `batch` with NamedSharding(mesh, PartitionSpec(axis)) to avoid a transfer.
     """
     axiom_weight(cost)
+    if queue == "auto" and heuristic == "zero":
+        queue = "frontier"
     if queue not in QUEUE_KINDS:
         raise ValueError(f"unknown queue kind {queue!r} (expected one of {QUEUE_KINDS})")
     _check_mesh(batch, mesh, axis)
@@ -301,7 +310,7 @@ def astar_batch(batch: ProblemBatch, *, heuristic: str = "zero", cost: str = "ma
     if cost == "max" and max_h is not None:
         packed = PackedQueue.bits_for(n_atoms=n, n_edges=m, max_h=max_h)
     return _astar_jit(batch, h_BxN, cost=cost, queue_kind=queue, packed_bits=packed, mesh=mesh, axis=axis,
-                      sub_batches=int(sub_batches))
+                      sub_batches=int(sub_batches), frontier_width=int(frontier_width))
 
 
 def _check_h(h_BxN, batch: ProblemBatch):

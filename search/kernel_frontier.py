@@ -1,25 +1,24 @@
-"""Frontier-synchronous A* step for the kernel: many pops per loop iteration, still exactly the host's order.
+"""Frontier-synchronous A* for the kernel: many pops per loop iteration, still exactly the host's order.
 
 Why: the one-pop loop of `search.kernel.astar_core` runs as many iterations as the slowest problem of the batch has
-pops (Dijkstra on DeepRD: up to ~190), and each iteration costs the same fixed XLA overhead whatever it does. Here an
-iteration pops the whole FRONTIER S = every live item with the minimal (f, h) key, in the host's LIFO order (highest
-push stamp first), and computes all their expansions at once:
+pops (Dijkstra on DeepRD: up to ~150), and on CPU every iteration costs about the same whatever it does. Here an
+iteration pops a FRONTIER: the live items with the minimal (f, h) key, in the host's LIFO order (highest push stamp
+first), at most `width` of them (a prefix of the host's pop order is always safe to take), and computes their
+expansions at once on [B, F, D] tensors (F frontier rows, D out-edges each), never on all M hyperedges:
 
-* position of an item in S = number of S items with a higher stamp (stamps are unique, so a scatter into a
-  stamp-indexed array and a reverse cumsum give it in O(N + M));
-* a hyperedge completes at the position of its last-popped premise (cpos; premises already in the chart count -1);
-  completions are visited in (cpos, hyperedge id) order, which is the host's order (pop order, then ascending id);
-* a completion of head c pushes iff c is not in the chart at that moment (not before the layer, and not an S item
-  popped at or before cpos) and g < min(w[c] before the layer, g of every earlier completion of c in this layer):
-  the host's sequential "g < w[c]" rule written as a prefix minimum over c's in-edges (`in_edges_BxNxI`);
-* exactness guard: a push whose key (f', h') <= (f_min, h_min) would be popped before the rest of S (lower key, or
-  equal key with a newer stamp, LIFO). The layer is cut after the first position that makes such a push; pops and
-  expansions up to that position depend only on earlier positions, so they are exact. With h = 0 this never
-  happens (g > w of the popped premise), so Dijkstra runs one iteration per distinct weight. Popping the goal cuts
-  the layer at the goal (popped, not expanded), as the host returns there.
+* a hyperedge is an event of the row of its last-popped premise (premises already in the chart count -1); events
+  are visited in (row, hyperedge id) order, which is the host's order (pop order, then ascending id);
+* an event of head c pushes iff c is not in the chart at that moment (not before, and not a frontier item popped at
+  or before the row) and g < w[c] as the host's sequential loop has it: within one row a prefix minimum over the
+  row's earlier events of c (D x D); across rows only c's first row can push unless a later row has a smaller g, and
+  then the frontier is cut before that row (decided next iteration with the updated w[c]);
+* exactness guard: a push whose key (f', h') <= (f_min, h_min) would pop before the rest of the frontier (lower
+  key, or an equal key with a newer stamp, LIFO): the frontier is cut after the first row that makes one. With
+  h = 0 this never happens (g > w of the popped premise), so Dijkstra takes one iteration per distinct weight (or
+  per `width` items). Popping the goal ends the frontier there (popped, not expanded), as the host returns.
 
-Pushes get stamps counter + rank in this (cpos, id) order, so the LIFO ties of later layers match the host. The
-agenda is decrease-key (see search.kernel_queue): an atom re-pushed in a layer keeps its last (cheapest) entry.
+Pushes get stamps counter + rank in this order, so the LIFO ties of later iterations match the host. The agenda is
+decrease-key (see search.kernel_queue): a head pushed twice in one row keeps its last, cheapest entry.
 """
 
 from __future__ import annotations
@@ -34,37 +33,51 @@ __all__ = ["astar_frontier"]
 _INF = jnp.inf
 
 
+def _row_base(b: int, length: int, ndim: int):
+    return (jnp.arange(b, dtype=jnp.int32) * length).reshape((b,) + (1,) * (ndim - 1))
+
+
 def _take(x_BxL, idx):
-    """Per-row gather x[b, idx[b, ...]] with idx clipped (callers mask invalid ones)."""
-    shape = idx.shape
-    flat = jnp.clip(idx, 0, x_BxL.shape[1] - 1).reshape(shape[0], -1)
-    return jnp.take_along_axis(x_BxL, flat, axis=1).reshape(shape)
+    """Per-row gather x[b, idx[b, ...]] with idx clipped (callers mask invalid ones), as ONE flat gather with
+    scalar indices (cheaper on CPU than take_along_axis, which builds (row, col) index pairs)."""
+    b, length = x_BxL.shape
+    flat = _row_base(b, length, idx.ndim) + jnp.clip(idx, 0, length - 1)
+    return x_BxL.reshape(-1).at[flat].get(mode="promise_in_bounds")
 
 
-def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, in_edges_BxNxI, goal_B, h_BxN, *,
-                   cost: str):
-    """A* on a padded batch, one frontier (all items of the minimal (f, h) key, cut for exactness) per unfinished
-    problem per loop step. Returns (weight_B, trace_BxM, pushes_B, popped_BxN, popped_f_BxN, pops_B), the same as
-    `search.kernel.astar_core`."""
+def _put(x_BxL, idx, vals, mask, op: str = "set"):
+    """Per-row scatter x[b, idx[b, ...]] <op>= vals where mask, as one flat scatter (masked entries dropped)."""
+    b, length = x_BxL.shape
+    flat = jnp.where(mask, _row_base(b, length, idx.ndim) + idx, b * length)
+    ref = x_BxL.reshape(-1).at[flat]
+    out = {"set": ref.set, "min": ref.min, "max": ref.max}[op](vals, mode="drop")
+    return out.reshape(b, length)
+
+
+def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_B, h_BxN, *, cost: str,
+                   width: int = 16):
+    """A* on a padded batch, one frontier (up to `width` items of the minimal (f, h) key, cut for exactness) per
+    unfinished problem per loop step. Returns (weight_B, trace_BxM, pushes_B, popped_BxN, popped_f_BxN, pops_B),
+    the same as `search.kernel.astar_core`."""
     b, n, d = out_edges_BxNxD.shape
     m, k = premises_BxMxK.shape[1:]
-    i_deg = in_edges_BxNxI.shape[2]
+    fw = max(1, min(int(width), n))
     rows = jnp.arange(b)[:, None]
     rows3 = rows[:, :, None]
-    big = jnp.int32(n)  # "no position": positions are 0..n-1
+    big = jnp.int32(n)  # "not in the frontier window": positions are 0..fw-1
     a0 = axiom_weight(cost)
     ax_ok = axiom_order_BxN >= 0
     ax_col = jnp.where(ax_ok, axiom_order_BxN, n)
-    iota_n = jnp.arange(n, dtype=jnp.int32)
     w = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0, mode="drop")
     f = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0 + _take(h_BxN, axiom_order_BxN), mode="drop")
-    stamp = jnp.full((b, n), -1, jnp.int32).at[rows, ax_col].set(jnp.broadcast_to(iota_n, (b, n)), mode="drop")
+    stamp = jnp.full((b, n), -1, jnp.int32).at[rows, ax_col].set(
+        jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)), mode="drop")
     live = jnp.zeros((b, n), bool).at[rows, ax_col].set(True, mode="drop")
-    pm = premises_BxMxK >= 0
-    ie_ok = in_edges_BxNxI >= 0
-    # j before i among one head's in-edges, for equal completion positions (in-edge lists are in ascending id)
-    lower_id_IxI = jnp.tril(jnp.ones((i_deg, i_deg), bool), k=-1).T  # [j, i]: j < i
-    n_stamps = n + m  # axioms 0..n-1 at most, then one stamp per push (each hyperedge completes once)
+    iota_f = jnp.arange(fw, dtype=jnp.int32)
+    out_edges_flat = out_edges_BxNxD.reshape(b, n * d)
+    premises_flat = premises_BxMxK.reshape(b, m * k)
+    pos3 = iota_f[None, :, None]  # [1, F, 1]: position of each frontier row
+    earlier_DxD = jnp.tril(jnp.ones((d, d), bool), k=-1)  # [i, j]: j comes before i (ascending ids in a row)
     state = dict(w=w, f=f, stamp=stamp, live=live, chart=jnp.zeros((b, n), bool),
                  counter=jnp.sum(ax_ok, axis=1, dtype=jnp.int32), trace=jnp.full((b, m), -1, jnp.int32),
                  n_trace=jnp.zeros((b,), jnp.int32), popped=jnp.full((b, n), -1, jnp.int32),
@@ -75,69 +88,71 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, i
         return jnp.any(~s["done"])
 
     def body(s):
-        w, f, stamp, chart = s["w"], s["f"], s["stamp"], s["chart"]
+        w, f, chart = s["w"], s["f"], s["chart"]
         live = s["live"] & ~s["done"][:, None]
         any_live = jnp.any(live, axis=1)
         fm = jnp.min(jnp.where(live, f, _INF), axis=1)
         c1 = live & (f == fm[:, None])
         hm = jnp.min(jnp.where(c1, h_BxN, _INF), axis=1)
         front = c1 & (h_BxN == hm[:, None])
-        # LIFO position: S items with a higher stamp pop first
-        by_stamp = jnp.zeros((b, n_stamps), jnp.int32).at[rows, jnp.where(front, stamp, n_stamps)].set(
-            1, mode="drop")
-        higher = jnp.flip(jnp.cumsum(jnp.flip(by_stamp, axis=1), axis=1), axis=1)  # items with stamp >= t
-        pos = jnp.where(front, _take(higher, stamp) - 1, big)
-        # completion position of every hyperedge: -1 all premises in the chart already, big incomplete
+        # the frontier's first `fw` items in LIFO order (highest stamp first); stamps < 2^24 are exact in float32
+        top, item = jax.lax.top_k(jnp.where(front, s["stamp"], -1).astype(jnp.float32), fw)  # [B, F]
+        in_win = top >= 0
+        pos = _put(jnp.full((b, n), big, jnp.int32), item, jnp.broadcast_to(iota_f, (b, fw)), in_win)
+        # the out-edges of each frontier item, in ascending id: [B, F, D]; an edge is an event of the row of its
+        # last-popped premise (premises already in the chart count as position -1)
+        oe = _take(out_edges_flat, item[:, :, None] * d + jnp.arange(d))
+        oe = jnp.where(in_win[:, :, None], oe, -1)
+        prem = _take(premises_flat, oe[..., None] * k + jnp.arange(k))  # [B, F, D, K]
+        pm = (prem >= 0) & (oe >= 0)[..., None]
         ppos = jnp.where(chart, -1, pos)
-        cpos_M = jnp.max(jnp.where(pm, _take(ppos, premises_BxMxK), -1), axis=2)
-        event_M = (cpos_M >= 0) & (cpos_M < big) & (head_BxM >= 0)
-        pw = jnp.where(pm, _take(w, premises_BxMxK), 0.0)
-        g_M = 1.0 + (jnp.max(pw, axis=2) if cost == "max" else jnp.sum(pw, axis=2))
-        # per head (row) over its in-edges [B, N, I]
-        cpos = jnp.where(ie_ok, _take(cpos_M, in_edges_BxNxI), big)
-        ev = ie_ok & _take(event_M, in_edges_BxNxI)
-        g = _take(g_M, in_edges_BxNxI)
-        in_chart_then = chart[:, :, None] | (pos[:, :, None] <= cpos)
-        cand = ev & ~in_chart_then
-        earlier = (cpos[:, :, :, None] < cpos[:, :, None, :]) | (
-            (cpos[:, :, :, None] == cpos[:, :, None, :]) & lower_id_IxI)  # [B, N, j, i]
-        prior = jnp.min(jnp.where(cand[:, :, :, None] & earlier, g[:, :, :, None], _INF), axis=2)
-        push = cand & (g < jnp.minimum(w[:, :, None], prior))
-        f_new = g + h_BxN[:, :, None]
-        hh = h_BxN[:, :, None]
-        jumps = push & ((f_new < fm[:, None, None]) | ((f_new == fm[:, None, None]) & (hh <= hm[:, None, None])))
-        p_cut = jnp.min(jnp.where(jumps, cpos, big), axis=(1, 2))
+        cpos = jnp.max(jnp.where(pm, _take(ppos, prem), -1), axis=3)
+        event = (oe >= 0) & (cpos == pos3)
+        pw = jnp.where(pm, _take(w, prem), 0.0)
+        g = 1.0 + (jnp.max(pw, axis=3) if cost == "max" else jnp.sum(pw, axis=3))
+        c = jnp.where(event, _take(head_BxM, oe), n)  # head, n when no event
+        cand = event & ~(_take(chart, c) | (_take(pos, c) <= pos3))
+        wc = _take(w, c)
+        # the host's sequential "g < w[c]" within one row: a prefix minimum over the row's earlier events of c
+        same = (c[..., :, None] == c[..., None, :]) & cand[..., None, :] & earlier_DxD  # [B, F, i, j]
+        prior = jnp.min(jnp.where(same, g[..., None, :], _INF), axis=3)
+        # across rows: c's first row decides; a later row of c that could still push (g below what the first row
+        # left) cuts the frontier before that row, so it is decided next iteration with the updated w[c]
+        c_col = jnp.where(cand, c, n)
+        first = _put(jnp.full((b, n), big, jnp.int32), c, jnp.broadcast_to(pos3, c.shape), cand, "min")
+        at_first = cand & (_take(first, c) == pos3)
+        g_first = _put(jnp.full((b, n), _INF, jnp.float32), c, g, at_first, "min")
+        risky = cand & ~at_first & (g < jnp.minimum(wc, _take(g_first, c)))
+        push = at_first & (g < jnp.minimum(wc, prior))
+        hc = _take(h_BxN, c)
+        f_new = g + hc
+        fm3, hm3 = fm[:, None, None], hm[:, None, None]
+        jumps = push & ((f_new < fm3) | ((f_new == fm3) & (hc <= hm3)))
+        p_jump = jnp.min(jnp.where(jumps, pos3, big), axis=(1, 2))
+        p_risky = jnp.min(jnp.where(risky, pos3, big), axis=(1, 2))
         gcol = jnp.maximum(goal_B, 0)[:, None]
         p_goal = jnp.where(goal_B >= 0, _take(pos, gcol)[:, 0], big)
-        last_pop = jnp.minimum(p_cut, p_goal)
-        push = push & (cpos <= p_cut[:, None, None]) & (cpos < p_goal[:, None, None])
-        popped_now = front & (pos <= last_pop[:, None])
-        # trace order (cpos, id): per position, the out-edges of the item popped there, in ascending id
-        push_M = jnp.zeros((b, m), bool).at[rows3, jnp.where(push, in_edges_BxNxI, m)].set(True, mode="drop")
-        per_pos = jnp.zeros((b, n + 1), jnp.int32).at[rows, jnp.where(push_M, cpos_M, n)].add(1, mode="drop")
-        offset = jnp.cumsum(per_pos, axis=1) - per_pos
-        item_at = jnp.full((b, n + 1), -1, jnp.int32).at[rows, jnp.where(popped_now, pos, n)].set(
-            jnp.broadcast_to(iota_n, (b, n)), mode="drop")[:, :n]
-        oe = jnp.take_along_axis(out_edges_BxNxD, jnp.maximum(item_at, 0)[:, :, None], axis=1)
-        oe = jnp.where((item_at >= 0)[:, :, None], oe, -1)  # [B, position, D]
-        pf = (oe >= 0) & _take(push_M, oe) & (_take(cpos_M, oe) == iota_n[None, :, None])
-        rank = offset[:, :n, None] + jnp.cumsum(pf, axis=2, dtype=jnp.int32) - 1
-        trace = s["trace"].at[rows3, jnp.where(pf, s["n_trace"][:, None, None] + rank, m)].set(oe, mode="drop")
-        rank_M = jnp.zeros((b, m), jnp.int32).at[rows3, jnp.where(pf, oe, m)].set(rank, mode="drop")
-        # agenda: a head pushed in this layer keeps its last entry (cheapest g, newest stamp)
-        pushed = jnp.any(push, axis=2)
-        g_last = jnp.min(jnp.where(push, g, _INF), axis=2)
-        r_last = jnp.max(jnp.where(push, _take(rank_M, in_edges_BxNxI), -1), axis=2)
-        n_push = jnp.sum(push_M, axis=1, dtype=jnp.int32)
-        slot = jnp.where(popped_now, s["n_pops"][:, None] + pos, n)
-        goal_popped = (p_goal <= p_cut) & (p_goal < big)
-        return dict(w=jnp.where(pushed, g_last, w), f=jnp.where(pushed, g_last + h_BxN, f),
-                    stamp=jnp.where(pushed, s["counter"][:, None] + r_last, stamp),
-                    live=(s["live"] | pushed) & ~popped_now, chart=chart | popped_now,
+        last_pop = jnp.minimum(jnp.minimum(p_jump, p_goal), p_risky - 1)
+        push = push & (pos3 <= last_pop[:, None, None]) & (pos3 < p_goal[:, None, None])
+        pop_now = in_win & (iota_f[None, :] <= last_pop[:, None])
+        # trace: rows in pop order, ids ascending within a row = the host's push order
+        flat = push.reshape(b, fw * d)
+        rank = (jnp.cumsum(flat, axis=1, dtype=jnp.int32) - 1).reshape(push.shape)
+        n_push = jnp.sum(flat, axis=1, dtype=jnp.int32)
+        trace = _put(s["trace"], s["n_trace"][:, None, None] + rank, oe, push)
+        # agenda: a head's pushes all come from one row, cheapest and newest last: min weight, max stamp
+        w_new = _put(w, c, g, push, "min")
+        pushed = w_new < w
+        stamp = _put(s["stamp"], c, s["counter"][:, None, None] + rank, push, "max")
+        slot = s["n_pops"][:, None] + iota_f
+        goal_popped = p_goal <= last_pop
+        return dict(w=w_new, f=jnp.where(pushed, w_new + h_BxN, f), stamp=stamp,
+                    live=_put(s["live"] | pushed, item, False, pop_now),
+                    chart=_put(chart, item, True, pop_now),
                     counter=s["counter"] + n_push, trace=trace, n_trace=s["n_trace"] + n_push,
-                    popped=s["popped"].at[rows, slot].set(jnp.broadcast_to(iota_n, (b, n)), mode="drop"),
-                    popped_f=s["popped_f"].at[rows, slot].set(jnp.broadcast_to(fm[:, None], (b, n)), mode="drop"),
-                    n_pops=s["n_pops"] + jnp.sum(popped_now, axis=1, dtype=jnp.int32),
+                    popped=_put(s["popped"], slot, item, pop_now),
+                    popped_f=_put(s["popped_f"], slot, jnp.broadcast_to(fm[:, None], (b, fw)), pop_now),
+                    n_pops=s["n_pops"] + jnp.sum(pop_now, axis=1, dtype=jnp.int32),
                     done=s["done"] | ~any_live | goal_popped, proved=s["proved"] | goal_popped)
 
     s = jax.lax.while_loop(cond, body, state)

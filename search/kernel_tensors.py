@@ -7,7 +7,6 @@ A problem is first reduced to `HypergraphArrays` (host NumPy, exact sizes), then
   M  hyperedges in the host's canonical order         premises_BxMxK   premise atom ids, -1 pad;  head_BxM (-1 pad)
   K  premise slots                                   goal_B           goal atom id, -1 when the goal is not a theorem
   D  hyperedges per atom as a premise                out_edges_BxNxD  ascending hyperedge ids where the atom is a premise
-  I  hyperedges per atom as the head                 in_edges_BxNxI   ascending hyperedge ids whose head is the atom
   n_atoms_B, n_edges_B                               real sizes (everything at or past them is padding)
   E  unary edges of the dependency heuristic's        relaxed_src_BxE, relaxed_dst_BxE  premise -> conclusion vertex
      relaxed graph (search.heuristics.relaxed_graph)  ids over N' = N + extra vertices (ids < N are the atoms of M,
@@ -138,7 +137,6 @@ class ProblemBatch:
     n_edges_B: jax.Array
     relaxed_src_BxE: jax.Array
     relaxed_dst_BxE: jax.Array
-    in_edges_BxNxI: jax.Array
 
     @property
     def batch(self) -> int:
@@ -178,7 +176,6 @@ def pack_batch(problems: Sequence[HypergraphArrays], *, buckets: Buckets = Bucke
     m = bucket_size(max(p.n_edges for p in problems), minimum=min_sizes[1])
     k = bucket_size(max(p.max_premises for p in problems), minimum=min_sizes[2])
     d = bucket_size(max(t.out_degree for t in tables), minimum=min_sizes[3])
-    i_deg = bucket_size(max(t.in_degree for t in tables), minimum=1)
     relaxed = [p.relaxed_edges() for p in problems]
     e = bucket_size(max(len(r[0]) for r in relaxed), minimum=min_sizes[4] if len(min_sizes) > 4 else 8)
     b = -(-len(problems) // pad_batch_to) * pad_batch_to
@@ -188,7 +185,6 @@ def pack_batch(problems: Sequence[HypergraphArrays], *, buckets: Buckets = Bucke
     premises = np.full((b, m, k), -1, np.int32)
     head = np.full((b, m), -1, np.int32)
     out_edges = np.full((b, n, d), -1, np.int32)
-    in_edges = np.full((b, n, i_deg), -1, np.int32)
     goal = np.full((b,), -1, np.int32)
     n_atoms = np.zeros((b,), np.int32)
     n_edges = np.zeros((b,), np.int32)
@@ -197,7 +193,6 @@ def pack_batch(problems: Sequence[HypergraphArrays], *, buckets: Buckets = Bucke
         premises[i, :p.n_edges, :t.premises.shape[1]] = t.premises
         head[i, :p.n_edges] = p.heads
         out_edges[i, t.out_atom, t.out_slot] = t.out_edge
-        in_edges[i, t.in_atom, t.in_slot] = t.in_edge
         goal[i] = p.goal
         n_atoms[i] = p.n_atoms
         n_edges[i] = p.n_edges
@@ -206,23 +201,18 @@ def pack_batch(problems: Sequence[HypergraphArrays], *, buckets: Buckets = Bucke
         # extra vertices n_atoms.. are re-based after the padded N so they never collide with padded atom ids
         relaxed_src[i, :len(src)] = np.where(src < p.n_atoms, src, src - p.n_atoms + n)
         relaxed_dst[i, :len(dst)] = np.where(dst < p.n_atoms, dst, dst - p.n_atoms + n)
-    return ProblemBatch(axiom_order, premises, head, out_edges, goal, n_atoms, n_edges, relaxed_src, relaxed_dst,
-                        in_edges)
+    return ProblemBatch(axiom_order, premises, head, out_edges, goal, n_atoms, n_edges, relaxed_src, relaxed_dst)
 
 
 class _EdgeTables(NamedTuple):
     """One problem's NumPy tables: premises [M, K'] (-1 pad) and the entries (atom, slot) -> hyperedge id of its
-    out-edge lists (distinct premises) and in-edge lists (head), each list in ascending id."""
+    out-edge lists (the hyperedges an atom is a distinct premise of, in ascending id)."""
 
     premises: np.ndarray
     out_atom: np.ndarray
     out_slot: np.ndarray
     out_edge: np.ndarray
     out_degree: int
-    in_atom: np.ndarray
-    in_slot: np.ndarray
-    in_edge: np.ndarray
-    in_degree: int
 
 
 def _slots(keys_sorted: np.ndarray) -> tuple[np.ndarray, int]:
@@ -248,10 +238,7 @@ def _edge_tables(p: HypergraphArrays) -> _EdgeTables:
     edge = np.broadcast_to(np.arange(p.n_edges)[:, None], prem.shape)[keep]
     order = np.lexsort((edge, atom))
     out_slot, d = _slots(atom[order])
-    heads = np.asarray(p.heads, np.int64)
-    by_head = np.argsort(heads, kind="stable")
-    in_slot, i_deg = _slots(heads[by_head])
-    return _EdgeTables(prem, atom[order], out_slot, edge[order], d, heads[by_head], in_slot, by_head, i_deg)
+    return _EdgeTables(prem, atom[order], out_slot, edge[order], d)
 
 
 def to_device(batch: ProblemBatch, sharding=None) -> ProblemBatch:
