@@ -33,8 +33,8 @@ from reasoner.tasks.astar import AStarProblem, TaskScore, prompt_messages, score
 
 SCORING = ("device", "host")
 
-__all__ = ["score_problems", "EvalSettings", "EvalResult", "generate_completions", "evaluate_completions", "evaluate", "write_report",
-           "reference_efficiency"]
+__all__ = ["SCORING", "EvalSettings", "EvalResult", "generate_completions", "score_problems", "evaluate_completions",
+           "evaluate", "write_report", "reference_efficiency"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ from reasoner.data.astar_traces import deeprd_records
 from reasoner.data.deeprd import DeepRDSpec
 from reasoner.evaluation import evaluate_completions, score_problems
 from reasoner.rewards import CompositeReward, build_reward
+from reasoner.rewards.astar_device import _score_batch
 from reasoner.rewards.registry import RewardFailure
 from reasoner.tasks.astar import problem_from_record, sft_completion
 from search.astar import solve
@@ -63,6 +64,12 @@ def test_device_rewards_equal_host_rewards(corpus):
     correct = want.per_function_BxF[:, 0]
     assert 0 < correct.mean() < 1
     assert np.any((correct == 1) & (want.per_function_BxF[:, 3] < 1))
+    # the next step's batch (other completions of the same sizes) reuses the compiled program
+    compiled = _score_batch._cache_size()
+    rotated = completions[G:] + completions[:G]
+    again = device(rotated, examples=examples[G:] + examples[:G])
+    assert _score_batch._cache_size() == compiled
+    np.testing.assert_allclose(again.per_function_BxF, np.roll(got.per_function_BxF, -G, axis=0), atol=0)
 
 
 def test_device_reward_bad_records_score_zero_and_are_counted(corpus):
@@ -94,3 +101,12 @@ def test_evaluation_device_scoring_equals_host(corpus):
     rep_d = evaluate_completions(subset, comps, label="d", ks=(1, 4), n_resamples=500, scoring="device").report
     for key in ("accuracy", "efficiency_pushes", "efficiency_pops", "reliability"):
         assert rep_h[key] == rep_d[key], key
+
+
+def test_bad_scoring_names_the_setting(corpus):
+    from reasoner.evaluation import EvalSettings
+
+    with pytest.raises(ValueError, match="scoring='gpu'"):
+        EvalSettings(scoring="gpu")
+    with pytest.raises(ValueError, match="scoring='gpu'"):
+        score_problems(corpus[0][:1], [["x"]], scoring="gpu")
