@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from search.kernel_frontier import astar_frontier
-from search.kernel_heuristics import axiom_weight, heuristic_h, inside_weights
+from search.kernel_heuristics import axiom_weight, heuristic_batch, inside_weights
 from search.kernel_queue import PackedQueue, choose_queue
 from search.kernel_tensors import HypergraphArrays, ProblemBatch
 
@@ -202,14 +202,12 @@ def _check_mesh(batch: ProblemBatch, mesh, axis) -> None:
 def _heuristic_jit(batch: ProblemBatch, *, heuristic: str, cost: str, mesh, axis: str):
     n = batch.sizes[0]
 
-    def one(axo, prem, head, goal, rsrc, rdst):
-        axiom_mask = _axiom_mask(axo, n)
-        w_in = inside_weights(axiom_mask, prem, head, cost=cost) if heuristic == "true" else None
-        return heuristic_h(heuristic, goal=goal, axiom_mask_N=axiom_mask, premises_MxK=prem, head_M=head,
-                           cost=cost, w_N=w_in, relaxed_src_E=rsrc, relaxed_dst_E=rdst)
+    def run(axo, prem, head, goal, rsrc, rdst):
+        return heuristic_batch(heuristic, goal_B=goal, axiom_order_BxN=axo, premises_BxMxK=prem, head_BxM=head,
+                               cost=cost, relaxed_src_BxE=rsrc, relaxed_dst_BxE=rdst)
 
-    return _over_batch(one, mesh, axis, 6)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
-                                           batch.goal_B, batch.relaxed_src_BxE, batch.relaxed_dst_BxE)
+    return _over_shards(run, mesh, axis, 6)(batch.axiom_order_BxN, batch.premises_BxMxK, batch.head_BxM,
+                                            batch.goal_B, batch.relaxed_src_BxE, batch.relaxed_dst_BxE)
 
 
 def device_heuristic(batch: ProblemBatch, *, heuristic: str, cost: str = "max", mesh=None,

@@ -4,10 +4,14 @@ Default: 1,024 DeepRD problems at the paper's ranges (L 5..10, B 4..8); for each
 `--repeats` timed runs of the host reference over all problems and of the kernel over the whole batch (compile
 excluded and reported as compile_s), and agreement = fraction of problems whose w*_G, push trace, pop sequence,
 pop count and |V_pops| are identical. The top-level figures are for `--heuristic` (default zero = Dijkstra, the
-most pops); `per_heuristic` holds all three.
+most pops); `per_heuristic` holds all three, each with the agenda that ran it (`kernel_queue`: "auto" takes the
+frontier queue for the zero heuristic and a one-pop queue otherwise) and its mean/max pops. `pack_s` is the host
+compile of the problems to padded tensors (done once per batch, shared by the three heuristics, not in the
+kernel's problems/s; the host reference is likewise given precompiled hypergraphs).
 
 `--scaling`: layered programs of 64 .. 4,096 atoms (search.kernel_corpus.scaling_program), a batch of
-`--scaling-batch` per size, both agenda implementations (dense and blocked): problems/s of host and kernel.
+`--scaling-batch` per size, the agenda implementations (dense and blocked one-pop queues, and the frontier queue):
+problems/s of host and kernel.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (one object; with --scaling one per line)")
     p.add_argument("--problems", type=int, default=1024, help="DeepRD problems (default 1024)")
     p.add_argument("--heuristic", choices=HEURISTICS, default="zero", help="heuristic of the top-level figures")
-    p.add_argument("--queue", choices=("auto", "dense", "blocked"), default="auto")
+    p.add_argument("--queue", choices=("auto", "frontier", "dense", "blocked", "packed"), default="auto")
+    p.add_argument("--sub-batches", type=int, default=1,
+                   help="group problems by predicted pops into this many loops per device (1: one loop)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (median reported)")
     p.add_argument("--shards", type=int, default=0,
                    help="split the batch over this many devices (0: all local devices; on CPU one per core)")
@@ -70,7 +76,7 @@ def _setup(shards: int):
     return jax.sharding.Mesh(np.array(jax.devices()[:n]), ("data",)), n
 
 
-def _measure(problems, *, heuristics, queue: str, repeats: int, mesh, shards: int) -> dict:
+def _measure(problems, *, heuristics, queue: str, repeats: int, mesh, shards: int, sub_batches: int = 1) -> dict:
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -89,7 +95,7 @@ def _measure(problems, *, heuristics, queue: str, repeats: int, mesh, shards: in
     per = {}
     for h in heuristics:
         def kernel():
-            jax.block_until_ready(astar_batch(batch, heuristic=h, queue=queue, mesh=mesh))
+            jax.block_until_ready(astar_batch(batch, heuristic=h, queue=queue, mesh=mesh, sub_batches=sub_batches))
 
         t0 = time.perf_counter()
         kernel()
@@ -101,12 +107,13 @@ def _measure(problems, *, heuristics, queue: str, repeats: int, mesh, shards: in
             host[:] = [solve(hg, g, heuristic=h) for _, hg, g in problems]
 
         host_s = _median_time(run_host, repeats)
-        res = astar_batch(batch, heuristic=h, queue=queue, mesh=mesh)
+        res = astar_batch(batch, heuristic=h, queue=queue, mesh=mesh, sub_batches=sub_batches)
         n = len(problems)
         per[h] = {"host_problems_per_s": round(n / host_s, 1), "kernel_problems_per_s": round(n / kernel_s, 1),
                   "speedup": round(host_s / kernel_s, 2), "agreement": _agreement(res, host),
                   "compile_s": round(max(0.0, first - kernel_s), 3),
-                  "mean_pops": round(statistics.fmean(r.pops for r in host), 1)}
+                  "kernel_queue": "frontier" if queue == "auto" and h == "zero" else queue,
+                  "mean_pops": round(statistics.fmean(r.pops for r in host), 1), "max_pops": max(r.pops for r in host)}
     out["per_heuristic"] = per
     return out
 
@@ -127,7 +134,7 @@ def _run(args) -> int:
             for k in range(args.scaling_batch):
                 program, goal = scaling_program(size, seed=args.seed + k)
                 problems.append((f"scaling-{size}-{k}", compile_program(program), goal))
-            for queue in ("dense", "blocked"):
+            for queue in ("dense", "blocked", "frontier"):
                 m = _measure(problems, heuristics=(args.heuristic,), queue=queue, repeats=args.repeats, mesh=mesh,
                              shards=shards)
                 row = {"benchmark": "astar_scaling", "atoms": size, "queue": queue, "problems": len(problems),
@@ -146,7 +153,8 @@ def _run(args) -> int:
         return 0 if all(r["agreement"] == 1.0 for r in rows) else 1
 
     problems = deeprd_problems(args.problems, seed=args.seed, split="test")
-    m = _measure(problems, heuristics=HEURISTICS, queue=args.queue, repeats=args.repeats, mesh=mesh, shards=shards)
+    m = _measure(problems, heuristics=HEURISTICS, queue=args.queue, repeats=args.repeats, mesh=mesh, shards=shards,
+                 sub_batches=args.sub_batches)
     top = m["per_heuristic"][args.heuristic]
     result = {"benchmark": "astar", "dataset": "deeprd (L 5..10, B 4..8)", "problems": len(problems),
               "heuristic": args.heuristic, "host_problems_per_s": top["host_problems_per_s"],

@@ -131,7 +131,7 @@ def test_choose_queue_by_size():
         choose_queue(8, kind="heap")
 
 
-@pytest.mark.parametrize("queue", ["dense", "blocked", "packed"])
+@pytest.mark.parametrize("queue", ["dense", "blocked", "packed", "frontier"])
 def test_hand_example_trace_pops_and_f(queue):
     res = astar_batch(_pack([HAND]), heuristic="zero", queue=queue)
     # worked by hand: pop b, a (LIFO among f=0), push c, d; pop d (LIFO), push g; pop c (c->g: 2 is not < 2); pop g
@@ -150,6 +150,30 @@ def test_hand_example_trace_pops_and_f(queue):
     assert float(res.weight_B[0]) == 3.0
     assert res.trace_BxM[0, : int(res.pushes_B[0])].tolist() == [0, 1, 3]
     assert res.popped_BxN[0, : int(res.pops_B[0])].tolist() == [1, 0, 2, 4]
+
+
+@pytest.mark.parametrize("cost", ["max", "sum"])
+def test_frontier_queue_and_sub_batches_match_host_on_random_programs(cost):
+    """The frontier queue's cuts are all exercised: width 2 truncates most frontiers, the dependency and true
+    heuristics make pushes that tie or beat the frontier's key, and cost "sum" gives a head cheaper completions in
+    later rows; sub-batches reorder the rows and must put every result back in place."""
+    from search.astar import solve
+    from search.kernel import from_hypergraph
+    from search.kernel_corpus import random_programs
+
+    problems = random_programs(120, seed=11, n_preds=7, n_rules=14)
+    batch = pack_batch([from_hypergraph(hg, hg.goal_id(g)) for _, hg, g in problems], min_sizes=(64, 64, 4, 16, 64))
+    for heuristic in ("zero", "dependency", "true"):
+        host = [solve(hg, g, heuristic=heuristic, cost=cost) for _, hg, g in problems]
+        for width, sub in ((2, 1), (16, 3)):
+            r = astar_batch(batch, heuristic=heuristic, cost=cost, queue="frontier", frontier_width=width,
+                            sub_batches=sub)
+            got = [(float(r.weight_B[i]), r.trace_BxM[i, : int(r.pushes_B[i])].tolist(),
+                    r.popped_BxN[i, : int(r.pops_B[i])].tolist(), r.popped_f_BxN[i, : int(r.pops_B[i])].tolist())
+                   for i in range(len(problems))]
+            want = [(float(x.weight), list(x.edge_trace), list(x.popped), list(x.popped_f)) for x in host]
+            bad = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
+            assert not bad, f"{heuristic}/{cost}/width {width}: problem {bad[0]}: {got[bad[0]]} != {want[bad[0]]}"
 
 
 def test_hand_example_heuristics():
