@@ -16,7 +16,8 @@ per-token loss for grpo / bnpo / dr_grpo / dapo, clipping, k3 KL) is `trainers.g
     `config.lora.rank > 0`; then only they train and the reference is the adapter-free base (adapter B = 0).
   examples / eval_examples: dataset rows, each with `prompt` (chat messages or a string) and whatever fields the
     reward functions read; default from `config.data`. With `config.data.task == "astar"` rows are A* records
-    (`reasoner.tasks.astar`), turned into prompts here and scored by the registry's "astar" rewards.
+    (`reasoner.tasks.astar`), turned into prompts here and scored by the registry's "astar" rewards; with "smt"
+    they are Logic-LLM records prompted as the SMT scratchpad evaluation does (`reasoner.tasks.logic_llm`).
   reward: a CompositeReward (default: `CompositeReward.from_config(config.rewards)`).
   tool: a `ScratchpadTool` for multi-turn rollouts in the SMT scratchpad protocol (Hermes tool calls z3_solve /
     finish, observations as tool messages, finish() ends the row); default from `config.grpo.tool`
@@ -137,8 +138,13 @@ def as_example(row: Mapping, *, task: str, dataset: str = "deeprd") -> dict:
 
         problem = problem_from_record(row, dataset=dataset)
         return {**problem.record, "prompt": prompt_messages(problem)}
+    if task == "smt":  # a Logic-LLM record, prompted exactly as the SMT scratchpad evaluation prompts it
+        from reasoner.rewards.match import logic_problem
+        from reasoner.tasks.logic_llm import render_messages
+
+        return {**row, "prompt": render_messages(logic_problem(row, dataset=dataset))}
     if task != "chat":
-        raise ValueError(f"data.task={task!r}: expected 'chat' or 'astar'")
+        raise ValueError(f"data.task={task!r}: expected 'chat', 'astar' or 'smt'")
     if "prompt" not in row:
         raise ValueError(f"row {str(row)[:120]}: expected a 'prompt' field (chat messages or a string)")
     return dict(row)

@@ -30,7 +30,7 @@ def call(name, **arguments):
 SOLVE = "Let me check. " + call("z3_solve", smt_code="(declare-const x Int)(assert (> x 2))(check-sat)")
 FINISH = "The answer is B. " + call("finish", answer="B")
 # row -> replies of its turns (a row that ends is not asked again)
-SCRIPT = {0: [SOLVE, FINISH], 1: [FINISH], 2: [SOLVE, SOLVE, "I think it is A."], 3: ["No tools: A."]}
+SCRIPT = {0: [SOLVE, FINISH], 1: [FINISH], 2: [SOLVE, SOLVE, "The answer is A."], 3: ["No tools. Answer: A"]}
 
 
 class ScriptedSession:
@@ -87,9 +87,10 @@ def smol_tok():
     return load_tokenizer("smollm2-135m-instruct")
 
 
-def _rollout(tok, runner, *, budget=400, max_turns=4):
+def _rollout(tok, runner, *, budget=400, max_turns=4, examples=None):
     tool = grpo.ScratchpadTool(tok, runner=runner)
-    examples = [{"prompt": [{"role": "user", "content": f"Problem {b}: which is true, A or B?"}]} for b in SCRIPT]
+    examples = examples or [{"prompt": [{"role": "user", "content": f"Problem {b}: which is true, A or B?"}]}
+                            for b in SCRIPT]
     sampler = ScriptedSampler(tok)
     r = grpo.rollout(sampler, prompt_ids=[tool.prompt_ids(e["prompt"]) for e in examples], examples=examples,
                      sampling=SamplingParams(max_new_tokens=64, temperature=1.0, n=1), budget=budget, tool=tool,
@@ -103,7 +104,7 @@ def test_tool_responses_are_masked_and_finish_ends_the_row(smol_tok):
     assert "</tool_call>" in sampler.stops  # turns stop right after a tool call, as in the SMT evaluation
     terminations = [t.termination for t in r.completions]
     assert terminations == ["finish", "finish", "no_tool_call", "no_tool_call"]
-    assert [t.answer for t in r.completions] == ["B", "B", "I think it is A.", "No tools: A."]
+    assert [t.answer for t in r.completions] == ["B", "B", "The answer is A.", "No tools. Answer: A"]
     assert [t.turns for t in r.completions] == [2, 1, 3, 1]
     assert len(runner.calls) == 3 and not r.truncated.any()
     for b, (ids, mask, lp, traj) in enumerate(zip(r.completion_ids, r.tool_mask, r.old_logps, r.completions)):
@@ -181,3 +182,22 @@ def test_config_tool_and_grpo_step_with_tiny_model(tok_dir):  # noqa: F811
     state, m = grpo.generation_step(parts, parts["state"], examples=examples, reward=reward, tool=tool, seed=0)
     assert np.isfinite(m["loss"]) and int(state.step) == 1
     assert all(t.termination in ("no_tool_call", "max_turns") for t in tool.trajectories())
+
+
+def test_smt_task_prompts_as_the_evaluation_and_rewards_read_trajectories(smol_tok, shared_data):
+    from reasoner.rewards import CompositeReward
+    from reasoner.tasks.logic_llm import load_problems, render_messages
+
+    problem = next(p for p in load_problems(shared_data, "folio", limit=40) if p.answer in ("A", "B"))
+    record = {"id": problem.id, "context": problem.context, "question": problem.question,
+              "options": list(problem.options), "answer": problem.answer}
+    example = grpo.as_example(record, task="smt", dataset="folio")
+    assert example["prompt"] == render_messages(problem)
+    tool = grpo.ScratchpadTool(smol_tok)
+    # the SMT evaluation's SamplerPolicy renders the same conversation with the same tools
+    assert tool.prompt_ids(example["prompt"]) == encode(smol_tok, render_chat(
+        smol_tok, render_messages(problem), add_generation_prompt=True, tools=TOOLS))
+    r, _, _ = _rollout(smol_tok, FixedRunner(), examples=[example] * len(SCRIPT))
+    reward = CompositeReward.from_config([{"name": "smt_scratchpad", "options": {"gate": None}}])
+    got = reward(r.completions, examples=r.examples).total_B.tolist()
+    assert got == [float(a == problem.answer) for a in ("B", "B", "A", "A")]
