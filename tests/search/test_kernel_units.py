@@ -161,11 +161,11 @@ def test_frontier_queue_and_sub_batches_match_host_on_random_programs(cost):
     from search.kernel import from_hypergraph
     from search.kernel_corpus import random_programs
 
-    problems = random_programs(120, seed=11, n_preds=7, n_rules=14)
+    problems = random_programs(64, seed=11, n_preds=7, n_rules=14)
     batch = pack_batch([from_hypergraph(hg, hg.goal_id(g)) for _, hg, g in problems], min_sizes=(64, 64, 4, 16, 64))
     for heuristic in ("zero", "dependency", "true"):
         host = [solve(hg, g, heuristic=heuristic, cost=cost) for _, hg, g in problems]
-        for width, sub in ((2, 1), (16, 3)):
+        for width, sub in ((2, 1), (16, 2)):
             r = astar_batch(batch, heuristic=heuristic, cost=cost, queue="frontier", frontier_width=width,
                             sub_batches=sub)
             got = [(float(r.weight_B[i]), r.trace_BxM[i, : int(r.pushes_B[i])].tolist(),
