@@ -4,10 +4,12 @@ Default: 1,024 DeepRD problems at the paper's ranges (L 5..10, B 4..8); for each
 `--repeats` timed runs of the host reference over all problems and of the kernel over the whole batch, run in
 interleaved pairs so both see the same machine load (compile excluded and reported as compile_s), and agreement =
 fraction of problems whose w*_G, push trace, pop sequence, pop count and |V_pops| are identical. The top-level
-figures are for `--heuristic` (default zero = Dijkstra, the most pops); `per_heuristic` holds all three, each with the agenda that ran it (`kernel_queue`: "auto" takes the
-frontier queue for the zero heuristic and a one-pop queue otherwise) and its mean/max pops. `pack_s` is the host
-compile of the problems to padded tensors (done once per batch, shared by the three heuristics, not in the
-kernel's problems/s; the host reference is likewise given precompiled hypergraphs).
+figures are for `--heuristic` (default zero = Dijkstra, the most pops); `per_heuristic` holds all three, each with
+the agenda that ran it (`kernel_queue`: "auto" takes the frontier queue for the zero heuristic and a one-pop queue
+otherwise) and its mean/max pops. `pack_s` is the host compile of the problems to padded tensors (done once per
+batch, shared by the three heuristics, not in the kernel's problems/s; the host reference is likewise given
+precompiled hypergraphs; it computes its heuristic inside each call, the kernel on device, except the dependency
+heuristic's relaxed-graph grounding, which the kernel receives from pack).
 
 `--scaling`: layered programs of 64 .. 4,096 atoms (search.kernel_corpus.scaling_program), a batch of
 `--scaling-batch` per size, the agenda implementations (dense and blocked one-pop queues, and the frontier queue):
