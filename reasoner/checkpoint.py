@@ -53,7 +53,7 @@ class RunCheckpoints:
 
     def __init__(self, workdir, *, keep: int = 3, best_metric: str | None = None, best_mode: str = "min",
                  async_save: bool = True):
-        self.workdir = pathlib.Path(workdir)
+        self.workdir = pathlib.Path(workdir).absolute()  # orbax refuses relative paths
         self.best_metric = best_metric
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self.latest = ocp.CheckpointManager(self.workdir / "checkpoints", options=options,
