@@ -20,7 +20,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from search.kernel_frontier import astar_frontier
+from search.kernel_frontier import astar_frontier, initial_agenda, take_rows
 from search.kernel_heuristics import axiom_weight, heuristic_batch, inside_weights
 from search.kernel_queue import PackedQueue, choose_queue
 from search.kernel_tensors import HypergraphArrays, ProblemBatch
@@ -65,13 +65,6 @@ def problem_arrays(program, goal, *, name: str = "") -> HypergraphArrays:
     return from_hypergraph(hg, hg.goal_id(goal), name=name)
 
 
-def _take(x_BxL, idx_BxR):
-    """Per-row gather: x[b, idx[b, ...]] (idx clipped; callers mask the invalid ones)."""
-    shape = idx_BxR.shape
-    flat = jnp.clip(idx_BxR, 0, x_BxL.shape[1] - 1).reshape(shape[0], -1)
-    return jnp.take_along_axis(x_BxL, flat, axis=1).reshape(shape)
-
-
 def astar_core(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_B, h_BxN, *, cost: str, queue):
     """A* on a padded batch, one pop per unfinished problem per loop step; finished rows are masked (their
     scatters are dropped), so nothing is copied per step beyond what a pop touches.
@@ -81,21 +74,14 @@ def astar_core(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_
     b, n, d = out_edges_BxNxD.shape
     m = head_BxM.shape[1]
     rows = jnp.arange(b)[:, None]
-    a0 = axiom_weight(cost)
-    ax_ok = axiom_order_BxN >= 0
-    ax_col = jnp.where(ax_ok, axiom_order_BxN, n)
-    w = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0, mode="drop")
-    f = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0 + _take(h_BxN, axiom_order_BxN), mode="drop")
-    stamp = jnp.full((b, n), -1, jnp.int32).at[rows, ax_col].set(
-        jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)), mode="drop")
-    live = jnp.zeros((b, n), bool).at[rows, ax_col].set(True, mode="drop")
+    w, f, stamp, live, ax_ok = initial_agenda(axiom_order_BxN, h_BxN, cost=cost)
     k = premises_BxMxK.shape[2]
     # per atom, its out-edges' premises and heads as contiguous rows: a pop reads three slices, not three
     # dependent element gathers
     oe = out_edges_BxNxD.reshape(b, n * d)
-    out_prem = _take(premises_BxMxK.reshape(b, m * k), oe[:, :, None] * k + jnp.arange(k))
+    out_prem = take_rows(premises_BxMxK.reshape(b, m * k), oe[:, :, None] * k + jnp.arange(k))
     out_prem = jnp.where((oe >= 0)[:, :, None], out_prem, -1).reshape(b, n, d * k)
-    out_head = jnp.where(oe >= 0, _take(head_BxM, oe), -1).reshape(b, n, d)
+    out_head = jnp.where(oe >= 0, take_rows(head_BxM, oe), -1).reshape(b, n, d)
     # cw = weight of chart items, inf off the chart: one gather answers "in the chart?" and "with what weight?"
     state = dict(q=queue.init(f, h_BxN, stamp, live), w=w, cw=jnp.full((b, n), _INF, jnp.float32),
                  counter=jnp.sum(ax_ok, axis=1, dtype=jnp.int32), trace=jnp.full((b, m), -1, jnp.int32),
@@ -116,7 +102,7 @@ def astar_core(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_
         ok = ok & ~s["done"]
         done = s["done"] | ~ok
         a_col = jnp.where(ok, a, n)[:, None]
-        cw = s["cw"].at[rows, a_col].set(_take(s["w"], a[:, None]), mode="drop")
+        cw = s["cw"].at[rows, a_col].set(take_rows(s["w"], a[:, None]), mode="drop")
         slot = jnp.where(ok, s["n_pops"], n)[:, None]
         popped = s["popped"].at[rows, slot].set(a[:, None], mode="drop")
         popped_f = s["popped_f"].at[rows, slot].set(fa[:, None], mode="drop")
@@ -126,21 +112,21 @@ def astar_core(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_
         ev = (es >= 0) & expand[:, None]
         prem = jnp.where(ev[:, :, None], row(out_prem, a).reshape(b, d, k), -1)  # [B, D, K]
         pm = prem >= 0
-        pcw = _take(cw, prem)
+        pcw = take_rows(cw, prem)
         all_in = jnp.all((pcw < _INF) | ~pm, axis=2)
         c = row(out_head, a)
-        cand = ev & all_in & ~(_take(cw, c) < _INF)
+        cand = ev & all_in & ~(take_rows(cw, c) < _INF)
         pw = jnp.where(pm, pcw, 0.0)
         g = 1.0 + (jnp.max(pw, axis=2) if cost == "max" else jnp.sum(pw, axis=2))
         same = (c[:, None, :] == c[:, :, None]) & cand[:, None, :]  # [B, j, i]
         prior = jnp.min(jnp.where(same & earlier_DxD, g[:, None, :], _INF), axis=2)
-        push = cand & (g < jnp.minimum(_take(s["w"], c), prior))
+        push = cand & (g < jnp.minimum(take_rows(s["w"], c), prior))
         # a head pushed twice in one pop keeps its last (cheapest, newest) entry, as the host heap pops it first
         last = push & ~jnp.any(same & push[:, None, :] & later_DxD, axis=2)
         rank = jnp.cumsum(push.astype(jnp.int32), axis=1) - 1
         c_col = jnp.where(last, c, n)
         w = s["w"].at[rows, c_col].set(g, mode="drop")
-        q = queue.decrease(q, c, g + _take(h_BxN, c), s["counter"][:, None] + rank, last)
+        q = queue.decrease(q, c, g + take_rows(h_BxN, c), s["counter"][:, None] + rank, last)
         tpos = jnp.where(push, s["n_trace"][:, None] + rank, m)
         trace = s["trace"].at[rows, tpos].set(es, mode="drop")
         n_push = jnp.sum(push, axis=1, dtype=jnp.int32)
@@ -149,7 +135,7 @@ def astar_core(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_
                     done=done | is_goal, proved=s["proved"] | is_goal)
 
     s = jax.lax.while_loop(cond, body, state)
-    weight = jnp.where(s["proved"], _take(s["w"], jnp.maximum(goal_B, 0)[:, None])[:, 0], _INF)
+    weight = jnp.where(s["proved"], take_rows(s["w"], jnp.maximum(goal_B, 0)[:, None])[:, 0], _INF)
     return weight, s["trace"], s["n_trace"], s["popped"], s["popped_f"], s["n_pops"]
 
 

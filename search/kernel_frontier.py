@@ -37,7 +37,7 @@ def _row_base(b: int, length: int, ndim: int):
     return (jnp.arange(b, dtype=jnp.int32) * length).reshape((b,) + (1,) * (ndim - 1))
 
 
-def _take(x_BxL, idx):
+def take_rows(x_BxL, idx):
     """Per-row gather x[b, idx[b, ...]] with idx clipped (callers mask invalid ones), as ONE flat gather with
     scalar indices (cheaper on CPU than take_along_axis, which builds (row, col) index pairs)."""
     b, length = x_BxL.shape
@@ -54,6 +54,23 @@ def _put(x_BxL, idx, vals, mask, op: str = "set"):
     return out.reshape(b, length)
 
 
+def initial_agenda(axiom_order_BxN, h_BxN, *, cost: str):
+    """The agenda before the first pop: every axiom pushed with weight a0 (cost "max": 0, "sum": 1), f = a0 + h,
+    push stamps in axiom order. axiom_order_BxN: atom ids of the axioms, -1 padded.
+    Returns (w_BxN, f_BxN, stamp_BxN, live_BxN, axiom_valid_BxN)."""
+    b, n = h_BxN.shape
+    rows = jnp.arange(b)[:, None]
+    a0 = axiom_weight(cost)
+    ax_ok = axiom_order_BxN >= 0
+    ax_col = jnp.where(ax_ok, axiom_order_BxN, n)
+    w = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0, mode="drop")
+    f = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0 + take_rows(h_BxN, axiom_order_BxN), mode="drop")
+    stamp = jnp.full((b, n), -1, jnp.int32).at[rows, ax_col].set(
+        jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)), mode="drop")
+    live = jnp.zeros((b, n), bool).at[rows, ax_col].set(True, mode="drop")
+    return w, f, stamp, live, ax_ok
+
+
 def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_B, h_BxN, *, cost: str,
                    width: int = 16):
     """A* on a padded batch, one frontier (up to `width` items of the minimal (f, h) key, cut for exactness) per
@@ -65,14 +82,7 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
     rows = jnp.arange(b)[:, None]
     rows3 = rows[:, :, None]
     big = jnp.int32(n)  # "not in the frontier window": positions are 0..fw-1
-    a0 = axiom_weight(cost)
-    ax_ok = axiom_order_BxN >= 0
-    ax_col = jnp.where(ax_ok, axiom_order_BxN, n)
-    w = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0, mode="drop")
-    f = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0 + _take(h_BxN, axiom_order_BxN), mode="drop")
-    stamp = jnp.full((b, n), -1, jnp.int32).at[rows, ax_col].set(
-        jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)), mode="drop")
-    live = jnp.zeros((b, n), bool).at[rows, ax_col].set(True, mode="drop")
+    w, f, stamp, live, ax_ok = initial_agenda(axiom_order_BxN, h_BxN, cost=cost)
     iota_f = jnp.arange(fw, dtype=jnp.int32)
     out_edges_flat = out_edges_BxNxD.reshape(b, n * d)
     premises_flat = premises_BxMxK.reshape(b, m * k)
@@ -101,18 +111,18 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         pos = _put(jnp.full((b, n), big, jnp.int32), item, jnp.broadcast_to(iota_f, (b, fw)), in_win)
         # the out-edges of each frontier item, in ascending id: [B, F, D]; an edge is an event of the row of its
         # last-popped premise (premises already in the chart count as position -1)
-        oe = _take(out_edges_flat, item[:, :, None] * d + jnp.arange(d))
+        oe = take_rows(out_edges_flat, item[:, :, None] * d + jnp.arange(d))
         oe = jnp.where(in_win[:, :, None], oe, -1)
-        prem = _take(premises_flat, oe[..., None] * k + jnp.arange(k))  # [B, F, D, K]
+        prem = take_rows(premises_flat, oe[..., None] * k + jnp.arange(k))  # [B, F, D, K]
         pm = (prem >= 0) & (oe >= 0)[..., None]
         ppos = jnp.where(chart, -1, pos)
-        cpos = jnp.max(jnp.where(pm, _take(ppos, prem), -1), axis=3)
+        cpos = jnp.max(jnp.where(pm, take_rows(ppos, prem), -1), axis=3)
         event = (oe >= 0) & (cpos == pos3)
-        pw = jnp.where(pm, _take(w, prem), 0.0)
+        pw = jnp.where(pm, take_rows(w, prem), 0.0)
         g = 1.0 + (jnp.max(pw, axis=3) if cost == "max" else jnp.sum(pw, axis=3))
-        c = jnp.where(event, _take(head_BxM, oe), n)  # head, n when no event
-        cand = event & ~(_take(chart, c) | (_take(pos, c) <= pos3))
-        wc = _take(w, c)
+        c = jnp.where(event, take_rows(head_BxM, oe), n)  # head, n when no event
+        cand = event & ~(take_rows(chart, c) | (take_rows(pos, c) <= pos3))
+        wc = take_rows(w, c)
         # the host's sequential "g < w[c]" within one row: a prefix minimum over the row's earlier events of c
         same = (c[..., :, None] == c[..., None, :]) & cand[..., None, :] & earlier_DxD  # [B, F, i, j]
         prior = jnp.min(jnp.where(same, g[..., None, :], _INF), axis=3)
@@ -120,18 +130,18 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         # left) cuts the frontier before that row, so it is decided next iteration with the updated w[c]
         c_col = jnp.where(cand, c, n)
         first = _put(jnp.full((b, n), big, jnp.int32), c, jnp.broadcast_to(pos3, c.shape), cand, "min")
-        at_first = cand & (_take(first, c) == pos3)
+        at_first = cand & (take_rows(first, c) == pos3)
         g_first = _put(jnp.full((b, n), _INF, jnp.float32), c, g, at_first, "min")
-        risky = cand & ~at_first & (g < jnp.minimum(wc, _take(g_first, c)))
+        risky = cand & ~at_first & (g < jnp.minimum(wc, take_rows(g_first, c)))
         push = at_first & (g < jnp.minimum(wc, prior))
-        hc = _take(h_BxN, c)
+        hc = take_rows(h_BxN, c)
         f_new = g + hc
         fm3, hm3 = fm[:, None, None], hm[:, None, None]
         jumps = push & ((f_new < fm3) | ((f_new == fm3) & (hc <= hm3)))
         p_jump = jnp.min(jnp.where(jumps, pos3, big), axis=(1, 2))
         p_risky = jnp.min(jnp.where(risky, pos3, big), axis=(1, 2))
         gcol = jnp.maximum(goal_B, 0)[:, None]
-        p_goal = jnp.where(goal_B >= 0, _take(pos, gcol)[:, 0], big)
+        p_goal = jnp.where(goal_B >= 0, take_rows(pos, gcol)[:, 0], big)
         last_pop = jnp.minimum(jnp.minimum(p_jump, p_goal), p_risky - 1)
         push = push & (pos3 <= last_pop[:, None, None]) & (pos3 < p_goal[:, None, None])
         pop_now = in_win & (iota_f[None, :] <= last_pop[:, None])
@@ -156,5 +166,5 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
                     done=s["done"] | ~any_live | goal_popped, proved=s["proved"] | goal_popped)
 
     s = jax.lax.while_loop(cond, body, state)
-    weight = jnp.where(s["proved"], _take(s["w"], jnp.maximum(goal_B, 0)[:, None])[:, 0], _INF)
+    weight = jnp.where(s["proved"], take_rows(s["w"], jnp.maximum(goal_B, 0)[:, None])[:, 0], _INF)
     return weight, s["trace"], s["n_trace"], s["popped"], s["popped_f"], s["n_pops"]
