@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 import jax
 import numpy as np
 
+from reasoner.tasks.astar import TaskScore
 from search.kernel_score import REWARDS
 
 __all__ = ["CompiledProblem", "DeviceScore", "compiled_problem", "score_on_device", "score_records"]
@@ -44,16 +45,9 @@ class CompiledProblem:
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceScore:
-    """Scores of one completion (the fields of `reasoner.tasks.astar.TaskScore`, plus the kernel's flags)."""
+class DeviceScore(TaskScore):
+    """Scores of one completion: a `reasoner.tasks.astar.TaskScore` plus the kernel's flags."""
 
-    correct: bool
-    steps_parsed: int
-    pushes: int
-    v_pops: int
-    efficiency_pushes: float | None
-    efficiency_pops: float | None
-    rewards: dict[str, float]
     flags: int = 0
 
 

@@ -57,8 +57,13 @@ def _herbrand_distances(prog, goal):
             c = Atom(r.conclusion.predicate, tuple(b.get(t, t) for t in r.conclusion.args))
             for p in r.premises:
                 rev.setdefault(c, set()).add(Atom(p.predicate, tuple(b.get(t, t) for t in p.args)))
-    dist = {goal: 0}
-    frontier = [goal]
+    return _bfs_distances(rev, goal)
+
+
+def _bfs_distances(rev, start):
+    """Unit-cost distance from `start` to every node reachable through `rev` (node -> its predecessors)."""
+    dist = {start: 0}
+    frontier = [start]
     while frontier:
         nxt = []
         for c in frontier:
@@ -88,16 +93,7 @@ def test_matches_full_herbrand_grounding_and_shortcuts_occur():
         for ps, c in zip(hg.edge_premises, hg.edge_head):
             for p in ps:
                 rev.setdefault(c, set()).add(p)
-        d = {gid: 0}
-        frontier = [gid]
-        while frontier:
-            nxt = []
-            for c in frontier:
-                for p in rev.get(c, ()):
-                    if p not in d:
-                        d[p] = d[c] + 1
-                        nxt.append(p)
-            frontier = nxt
+        d = _bfs_distances(rev, gid)
         m_h = [d.get(i, math.inf) for i in range(hg.num_atoms)]
         assert all(a <= b for a, b in zip(h, m_h))
         shorter += any(a < b for a, b in zip(h, m_h))
