@@ -237,15 +237,16 @@ def _in_sub_batches(search, args, *, sub_batches: int, cost: str):
 
 
 @functools.partial(jax.jit, static_argnames=("cost", "queue_kind", "packed_bits", "mesh", "axis", "sub_batches",
-                                             "frontier_width"))
+                                             "frontier_width", "frontier_events"))
 def _astar_jit(batch: ProblemBatch, h_BxN, *, cost: str, queue_kind: str, packed_bits, mesh,
-               axis: str, sub_batches: int, frontier_width: int) -> KernelResult:
+               axis: str, sub_batches: int, frontier_width: int, frontier_events: int) -> KernelResult:
     n = batch.sizes[0]
     queue = None if queue_kind == "frontier" else choose_queue(n, kind=queue_kind, packed_bits=packed_bits)
 
     def search(axo, prem, head, oute, goal, h):
         if queue is None:
-            return astar_frontier(axo, prem, head, oute, goal, h, cost=cost, width=frontier_width)
+            return astar_frontier(axo, prem, head, oute, goal, h, cost=cost, width=frontier_width,
+                                  events=frontier_events)
         return astar_core(axo, prem, head, oute, goal, h, cost=cost, queue=queue)
 
     def run(axo, prem, head, oute, goal, h):
@@ -260,14 +261,15 @@ def _astar_jit(batch: ProblemBatch, h_BxN, *, cost: str, queue_kind: str, packed
 
 def astar_batch(batch: ProblemBatch, *, heuristic: str = "zero", cost: str = "max", queue: str = "auto",
                 h_BxN=None, mesh=None, axis: str = "data", sub_batches: int = 1,
-                frontier_width: int = 16) -> KernelResult:
+                frontier_width: int = 16, frontier_events: int = 32) -> KernelResult:
     """Batched A* on device. The search is jitted once per (padded sizes, cost, queue); heuristics are separate
     small jits, so the three heuristics share one compiled search.
 
     heuristic: "zero" | "dependency" | "true" (computed on device) or "given" with `h_BxN` float32 [B, N] (entries
     must be >= 0 or +inf; NaN or negative values raise). queue: "auto", "frontier", "dense", "blocked" or
-    "packed". "frontier" pops up to `frontier_width` items of equal (f, h) per loop step (search.kernel_frontier;
-    exact for every heuristic, fastest when pushes never tie the frontier's key, i.e. h = 0); the others pop one
+    "packed". "frontier" pops up to `frontier_width` items of equal (f, h) per loop step whose out-edges number at
+    most `frontier_events` (at least the padded out-degree; search.kernel_frontier; exact for every heuristic,
+    fastest when pushes never tie the frontier's key, i.e. h = 0); the others pop one
     item per step ("dense" arg-min, "packed" one int32 key per atom, "blocked" for thousands of atoms). "auto":
     frontier for the zero heuristic (Dijkstra: one step per distinct weight instead of one per pop), else packed
     when keys are small integers or dense up to a capacity, blocked beyond. `sub_batches` > 1 runs groups of
@@ -294,7 +296,8 @@ def astar_batch(batch: ProblemBatch, *, heuristic: str = "zero", cost: str = "ma
     if cost == "max" and max_h is not None:
         packed = PackedQueue.bits_for(n_atoms=n, n_edges=m, max_h=max_h)
     return _astar_jit(batch, h_BxN, cost=cost, queue_kind=queue, packed_bits=packed, mesh=mesh, axis=axis,
-                      sub_batches=int(sub_batches), frontier_width=int(frontier_width))
+                      sub_batches=int(sub_batches), frontier_width=int(frontier_width),
+                      frontier_events=int(frontier_events))
 
 
 def _check_h(h_BxN, batch: ProblemBatch):

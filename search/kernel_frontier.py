@@ -4,18 +4,23 @@ Why: the one-pop loop of `search.kernel.astar_core` runs as many iterations as t
 pops (Dijkstra on DeepRD: up to ~150), and on CPU every iteration costs about the same whatever it does. Here an
 iteration pops a FRONTIER: the live items with the minimal (f, h) key, in the host's LIFO order (highest push stamp
 first), at most `width` of them (a prefix of the host's pop order is always safe to take), and computes their
-expansions at once on [B, F, D] tensors (F frontier rows, D out-edges each), never on all M hyperedges:
+expansions at once on ONE list of E events per problem ([B, E]): the out-edges of the frontier rows in host order
+(row, then ascending hyperedge id), cut after the last row whose out-edges all fit in E slots. Padded out-degree D is
+the largest of the batch while most atoms have one or two out-edges, so E slots hold the work of many more rows
+than E / D, and every per-event op (gathers, scatters, masks) runs on E instead of width * D elements:
 
 * a hyperedge is an event of the row of its last-popped premise (premises already in the chart count -1); events
   are visited in (row, hyperedge id) order, which is the host's order (pop order, then ascending id);
 * an event of head c pushes iff c is not in the chart at that moment (not before, and not a frontier item popped at
   or before the row) and g < w[c] as the host's sequential loop has it: within one row a prefix minimum over the
-  row's earlier events of c (D x D); across rows only c's first row can push unless a later row has a smaller g, and
-  then the frontier is cut before that row (decided next iteration with the updated w[c]);
+  row's earlier events of c (with one premise per hyperedge, g is the same for all of a row's events and only c's
+  first event can push); across rows only c's first row can push unless a later row has a smaller g, and then the
+  frontier is cut before that row (decided next iteration with the updated w[c]);
 * exactness guard: a push whose key (f', h') <= (f_min, h_min) would pop before the rest of the frontier (lower
   key, or an equal key with a newer stamp, LIFO): the frontier is cut after the first row that makes one. With
   h = 0 this never happens (g > w of the popped premise), so Dijkstra takes one iteration per distinct weight (or
-  per `width` items). Popping the goal ends the frontier there (popped, not expanded), as the host returns.
+  per `width` items / E events). Popping the goal ends the frontier there (popped, not expanded), as the host
+  returns.
 
 Pushes get stamps counter + rank in this order, so the LIFO ties of later iterations match the host. The agenda is
 decrease-key (see search.kernel_queue): a head pushed twice in one row keeps its last, cheapest entry.
@@ -50,7 +55,7 @@ def _put(x_BxL, idx, vals, mask, op: str = "set"):
     b, length = x_BxL.shape
     flat = jnp.where(mask, _row_base(b, length, idx.ndim) + idx, b * length)
     ref = x_BxL.reshape(-1).at[flat]
-    out = {"set": ref.set, "min": ref.min, "max": ref.max}[op](vals, mode="drop")
+    out = {"set": ref.set, "min": ref.min, "max": ref.max, "add": ref.add}[op](vals, mode="drop")
     return out.reshape(b, length)
 
 
@@ -72,22 +77,23 @@ def initial_agenda(axiom_order_BxN, h_BxN, *, cost: str):
 
 
 def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_B, h_BxN, *, cost: str,
-                   width: int = 16):
-    """A* on a padded batch, one frontier (up to `width` items of the minimal (f, h) key, cut for exactness) per
-    unfinished problem per loop step. Returns (weight_B, trace_BxM, pushes_B, popped_BxN, popped_f_BxN, pops_B),
-    the same as `search.kernel.astar_core`."""
+                   width: int = 16, events: int = 32):
+    """A* on a padded batch, one frontier (up to `width` items of the minimal (f, h) key whose out-edges number at
+    most `events`, cut for exactness) per unfinished problem per loop step. Returns (weight_B, trace_BxM, pushes_B,
+    popped_BxN, popped_f_BxN, pops_B), the same as `search.kernel.astar_core`."""
     b, n, d = out_edges_BxNxD.shape
     m, k = premises_BxMxK.shape[1:]
     fw = max(1, min(int(width), n))
-    rows = jnp.arange(b)[:, None]
-    rows3 = rows[:, :, None]
+    ne = max(d, min(int(events), fw * d))  # one item's out-edges always fit, so every step pops
     big = jnp.int32(n)  # "not in the frontier window": positions are 0..fw-1
     w, f, stamp, live, ax_ok = initial_agenda(axiom_order_BxN, h_BxN, cost=cost)
     iota_f = jnp.arange(fw, dtype=jnp.int32)
+    iota_e = jnp.arange(ne, dtype=jnp.int32)
+    deg_BxN = jnp.sum(out_edges_BxNxD >= 0, axis=2, dtype=jnp.int32)
     out_edges_flat = out_edges_BxNxD.reshape(b, n * d)
+    out_head_flat = jnp.where(out_edges_flat >= 0, take_rows(head_BxM, out_edges_flat), -1)
     premises_flat = premises_BxMxK.reshape(b, m * k)
-    pos3 = iota_f[None, :, None]  # [1, F, 1]: position of each frontier row
-    earlier_DxD = jnp.tril(jnp.ones((d, d), bool), k=-1)  # [i, j]: j comes before i (ascending ids in a row)
+    earlier_ExE = jnp.tril(jnp.ones((ne, ne), bool), k=-1)  # [i, j]: event j comes before event i
     state = dict(w=w, f=f, stamp=stamp, live=live, chart=jnp.zeros((b, n), bool),
                  counter=jnp.sum(ax_ok, axis=1, dtype=jnp.int32), trace=jnp.full((b, m), -1, jnp.int32),
                  n_trace=jnp.zeros((b,), jnp.int32), popped=jnp.full((b, n), -1, jnp.int32),
@@ -98,8 +104,7 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         return jnp.any(~s["done"])
 
     def body(s):
-        w, f, chart = s["w"], s["f"], s["chart"]
-        live = s["live"] & ~s["done"][:, None]
+        w, f, chart, live = s["w"], s["f"], s["chart"], s["live"]
         any_live = jnp.any(live, axis=1)
         fm = jnp.min(jnp.where(live, f, _INF), axis=1)
         c1 = live & (f == fm[:, None])
@@ -109,61 +114,85 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         top, item = jax.lax.top_k(jnp.where(front, s["stamp"], -1).astype(jnp.float32), fw)  # [B, F]
         in_win = top >= 0
         pos = _put(jnp.full((b, n), big, jnp.int32), item, jnp.broadcast_to(iota_f, (b, fw)), in_win)
-        # the out-edges of each frontier item, in ascending id: [B, F, D]; an edge is an event of the row of its
-        # last-popped premise (premises already in the chart count as position -1)
-        oe = take_rows(out_edges_flat, item[:, :, None] * d + jnp.arange(d))
-        oe = jnp.where(in_win[:, :, None], oe, -1)
-        prem = take_rows(premises_flat, oe[..., None] * k + jnp.arange(k))  # [B, F, D, K]
-        pm = (prem >= 0) & (oe >= 0)[..., None]
+        # the out-edges of the window's rows as ONE list of events in host order (row, then ascending id), cut
+        # after the last row whose out-edges all fit in `ne` slots (a prefix of the pop order is always exact)
+        deg = jnp.where(in_win, take_rows(deg_BxN, item), 0)
+        end = jnp.cumsum(deg, axis=1)
+        fits = in_win & (end <= ne)
+        n_fit = jnp.sum(fits, axis=1, dtype=jnp.int32)
+        total = jnp.max(jnp.where(fits, end, 0), axis=1)
+        marks = _put(jnp.zeros((b, ne), jnp.int32), end, jnp.ones_like(end), fits & (end < ne), "add")
+        row = jnp.minimum(jnp.cumsum(marks, axis=1), fw - 1)  # [B, E]: frontier row of each event
+        ev_ok = iota_e[None, :] < total[:, None]
+        item_e = take_rows(item, row)
+        slot = item_e * d + iota_e[None, :] - take_rows(end - deg, row)
+        oe = jnp.where(ev_ok, take_rows(out_edges_flat, slot), -1)
         ppos = jnp.where(chart, -1, pos)
-        cpos = jnp.max(jnp.where(pm, take_rows(ppos, prem), -1), axis=3)
-        event = (oe >= 0) & (cpos == pos3)
-        pw = jnp.where(pm, take_rows(w, prem), 0.0)
-        g = 1.0 + (jnp.max(pw, axis=3) if cost == "max" else jnp.sum(pw, axis=3))
-        c = jnp.where(event, take_rows(head_BxM, oe), n)  # head, n when no event
-        cand = event & ~(take_rows(chart, c) | (take_rows(pos, c) <= pos3))
+        if k == 1:
+            # one premise, the row's item: every out-edge is an event, g = 1 + w[item] (max and sum agree)
+            event = ev_ok
+            g = 1.0 + take_rows(w, item_e)
+        else:
+            prem = take_rows(premises_flat, oe[..., None] * k + jnp.arange(k))  # [B, E, K]
+            pm = (prem >= 0) & ev_ok[..., None]
+            # an edge is an event of the row of its last-popped premise (chart premises count as -1)
+            cpos = jnp.max(jnp.where(pm, take_rows(ppos, prem), -1), axis=2)
+            event = ev_ok & (cpos == row)
+            pw = jnp.where(pm, take_rows(w, prem), 0.0)
+            g = 1.0 + (jnp.max(pw, axis=2) if cost == "max" else jnp.sum(pw, axis=2))
+        c = jnp.where(event, take_rows(out_head_flat, slot), n)  # head, n when no event
+        # c off the chart and not a frontier item popped at or before this row
+        cand = event & (take_rows(ppos, c) > row)
         wc = take_rows(w, c)
-        # the host's sequential "g < w[c]" within one row: a prefix minimum over the row's earlier events of c
-        same = (c[..., :, None] == c[..., None, :]) & cand[..., None, :] & earlier_DxD  # [B, F, i, j]
-        prior = jnp.min(jnp.where(same, g[..., None, :], _INF), axis=3)
+        if k == 1:
+            # g is the same for a row's events, so of c's events in a row only the first can push; `first` = c's
+            # first event (a scatter-min of the event index, which is host order)
+            first = _put(jnp.full((b, n), ne, jnp.int32), c, jnp.broadcast_to(iota_e, c.shape), cand, "min")
+            fc = take_rows(first, c)
+            at_first = cand & (take_rows(row, fc) == row)
+            push = cand & (fc == iota_e[None, :]) & (g < wc)
+            g_first = take_rows(g, fc)
+        else:
+            # the host's sequential "g < w[c]" within one row: a prefix minimum over the row's earlier events of c
+            same = ((c[:, :, None] == c[:, None, :]) & cand[:, None, :] & (row[:, :, None] == row[:, None, :])
+                    & earlier_ExE)  # [B, i, j]
+            prior = jnp.min(jnp.where(same, g[:, None, :], _INF), axis=2)
+            first = _put(jnp.full((b, n), big, jnp.int32), c, row, cand, "min")
+            at_first = cand & (take_rows(first, c) == row)
+            g_first = take_rows(_put(jnp.full((b, n), _INF, jnp.float32), c, g, at_first, "min"), c)
+            push = at_first & (g < jnp.minimum(wc, prior))
         # across rows: c's first row decides; a later row of c that could still push (g below what the first row
         # left) cuts the frontier before that row, so it is decided next iteration with the updated w[c]
-        c_col = jnp.where(cand, c, n)
-        first = _put(jnp.full((b, n), big, jnp.int32), c, jnp.broadcast_to(pos3, c.shape), cand, "min")
-        at_first = cand & (take_rows(first, c) == pos3)
-        g_first = _put(jnp.full((b, n), _INF, jnp.float32), c, g, at_first, "min")
-        risky = cand & ~at_first & (g < jnp.minimum(wc, take_rows(g_first, c)))
-        push = at_first & (g < jnp.minimum(wc, prior))
+        risky = cand & ~at_first & (g < jnp.minimum(wc, g_first))
         hc = take_rows(h_BxN, c)
         f_new = g + hc
-        fm3, hm3 = fm[:, None, None], hm[:, None, None]
-        jumps = push & ((f_new < fm3) | ((f_new == fm3) & (hc <= hm3)))
-        p_jump = jnp.min(jnp.where(jumps, pos3, big), axis=(1, 2))
-        p_risky = jnp.min(jnp.where(risky, pos3, big), axis=(1, 2))
+        fm2, hm2 = fm[:, None], hm[:, None]
+        jumps = push & ((f_new < fm2) | ((f_new == fm2) & (hc <= hm2)))
+        # a jump ends the frontier after its row, a risky row before it, the event budget after the last fitting row
+        p_cut = jnp.min(jnp.where(jumps, row, jnp.where(risky, row - 1, big - 1)), axis=1)
         gcol = jnp.maximum(goal_B, 0)[:, None]
         p_goal = jnp.where(goal_B >= 0, take_rows(pos, gcol)[:, 0], big)
-        last_pop = jnp.minimum(jnp.minimum(p_jump, p_goal), p_risky - 1)
-        push = push & (pos3 <= last_pop[:, None, None]) & (pos3 < p_goal[:, None, None])
+        last_pop = jnp.minimum(jnp.minimum(p_cut, n_fit - 1), p_goal)
+        push = push & (row <= last_pop[:, None]) & (row < p_goal[:, None])
         pop_now = in_win & (iota_f[None, :] <= last_pop[:, None])
-        # trace: rows in pop order, ids ascending within a row = the host's push order
-        flat = push.reshape(b, fw * d)
-        rank = (jnp.cumsum(flat, axis=1, dtype=jnp.int32) - 1).reshape(push.shape)
-        n_push = jnp.sum(flat, axis=1, dtype=jnp.int32)
-        trace = _put(s["trace"], s["n_trace"][:, None, None] + rank, oe, push)
+        # events are in the host's push order: stamps and trace slots by rank
+        rank = jnp.cumsum(push, axis=1, dtype=jnp.int32) - 1
+        n_push = jnp.sum(push, axis=1, dtype=jnp.int32)
+        trace = _put(s["trace"], s["n_trace"][:, None] + rank, oe, push)
         # agenda: a head's pushes all come from one row, cheapest and newest last: min weight, max stamp
         w_new = _put(w, c, g, push, "min")
-        pushed = w_new < w
-        stamp = _put(s["stamp"], c, s["counter"][:, None, None] + rank, push, "max")
-        slot = s["n_pops"][:, None] + iota_f
+        stamp = _put(s["stamp"], c, s["counter"][:, None] + rank, push, "max")
+        live = _put(_put(live, c, True, push), item, False, pop_now)
+        slot_p = s["n_pops"][:, None] + iota_f
         goal_popped = p_goal <= last_pop
-        return dict(w=w_new, f=jnp.where(pushed, w_new + h_BxN, f), stamp=stamp,
-                    live=_put(s["live"] | pushed, item, False, pop_now),
+        done = s["done"] | ~any_live | goal_popped
+        return dict(w=w_new, f=_put(f, c, f_new, push, "min"), stamp=stamp, live=live & ~done[:, None],
                     chart=_put(chart, item, True, pop_now),
                     counter=s["counter"] + n_push, trace=trace, n_trace=s["n_trace"] + n_push,
-                    popped=_put(s["popped"], slot, item, pop_now),
-                    popped_f=_put(s["popped_f"], slot, jnp.broadcast_to(fm[:, None], (b, fw)), pop_now),
+                    popped=_put(s["popped"], slot_p, item, pop_now),
+                    popped_f=_put(s["popped_f"], slot_p, jnp.broadcast_to(fm[:, None], (b, fw)), pop_now),
                     n_pops=s["n_pops"] + jnp.sum(pop_now, axis=1, dtype=jnp.int32),
-                    done=s["done"] | ~any_live | goal_popped, proved=s["proved"] | goal_popped)
+                    done=done, proved=s["proved"] | goal_popped)
 
     s = jax.lax.while_loop(cond, body, state)
     weight = jnp.where(s["proved"], take_rows(s["w"], jnp.maximum(goal_B, 0)[:, None])[:, 0], _INF)

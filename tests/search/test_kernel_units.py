@@ -172,6 +172,35 @@ def test_frontier_window_and_sub_batches_match_host_on_random_programs():
     assert not bad, f"problem {bad[0]}: {got[bad[0]]} != {want[bad[0]]}"
 
 
+def test_frontier_one_premise_path_and_event_budget_match_host():
+    """Programs of one-premise rules take the frontier's one-premise path (g shared by a row's events, c's first
+    event pushes). A given heuristic with ties and +inf makes pushes tie or beat the frontier's key (the cut after
+    that row fires; without it this test fails), and the smallest event budget (the padded out-degree) cuts windows
+    of two rows whenever their out-edges do not fit (without that cut it fails too)."""
+    from search.astar import search
+    from search.kernel import from_hypergraph
+    from search.kernel_corpus import random_programs
+
+    problems = random_programs(64, seed=5, n_preds=6, n_rules=14, max_premises=1)
+    batch = pack_batch([from_hypergraph(hg, hg.goal_id(g)) for _, hg, g in problems], min_sizes=(64, 64, 1, 1, 64))
+    assert batch.sizes[2] == 1
+    n = batch.sizes[0]
+    rng = np.random.default_rng(0)
+    h = rng.integers(0, 3, (batch.batch, n)).astype(np.float32)
+    h[rng.random(h.shape) < 0.2] = np.inf
+    r = astar_batch(batch, heuristic="given", h_BxN=h, cost="sum", queue="frontier", frontier_width=2,
+                    frontier_events=1)
+    got = [(float(r.weight_B[i]), r.trace_BxM[i, : int(r.pushes_B[i])].tolist(),
+            r.popped_BxN[i, : int(r.pops_B[i])].tolist(), r.popped_f_BxN[i, : int(r.pops_B[i])].tolist())
+           for i in range(len(problems))]
+    want = []
+    for i, (_, hg, g) in enumerate(problems):
+        wg, edges, popped, popped_f = search(hg, hg.goal_id(g), h[i, : hg.num_atoms].tolist(), cost="sum")
+        want.append((float(wg), list(edges), list(popped), [float(x) for x in popped_f]))
+    bad = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
+    assert not bad, f"problem {bad[0]}: {got[bad[0]]} != {want[bad[0]]}"
+
+
 def test_hand_example_heuristics():
     batch = _pack([HAND])
     dep = np.asarray(device_heuristic(batch, heuristic="dependency"))[0, :5]
