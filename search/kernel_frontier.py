@@ -22,6 +22,9 @@ than E / D, and every per-event op (gathers, scatters, masks) runs on E instead 
   per `width` items / E events). Popping the goal ends the frontier there (popped, not expanded), as the host
   returns.
 
+Dijkstra's step counts vary by problem (DeepRD at 512 rows: median 9, slowest 17), so the loop shrinks: when only
+an eighth of the rows are unfinished, those rows are gathered and loop on alone (`_loop_with_tails`).
+
 Pushes get stamps counter + rank in this order, so the LIFO ties of later iterations match the host. The agenda is
 decrease-key (see search.kernel_queue): a head pushed twice in one row keeps its last, cheapest entry.
 """
@@ -36,6 +39,22 @@ from search.kernel_heuristics import axiom_weight
 __all__ = ["astar_frontier"]
 
 _INF = jnp.inf
+_CONSTS = ("h", "goal", "deg", "oe", "oh", "prem")
+
+
+def _loop_with_tails(body, state, *, shrink: int, min_rows: int):
+    """`body` until every row is done, in shrinking loops: once at most b // shrink rows are unfinished, they are
+    gathered into a batch of b // shrink rows that loops on alone (recursively, while that batch keeps at least
+    `min_rows` rows), then scattered back. A problem's steps do not depend on the other rows, so results are the
+    same; the long tail of the slowest problems runs on a fraction of the batch instead of all of it."""
+    b = state["done"].shape[0]
+    rows_t = b // shrink if shrink > 1 else 0
+    if rows_t < min_rows:
+        return jax.lax.while_loop(lambda s: jnp.any(~s["done"]), body, state)
+    state = jax.lax.while_loop(lambda s: jnp.sum(~s["done"]) > rows_t, body, state)
+    _, rows = jax.lax.top_k((~state["done"]).astype(jnp.float32), rows_t)  # every unfinished row, then done ones
+    tail = _loop_with_tails(body, jax.tree.map(lambda x: x[rows], state), shrink=shrink, min_rows=min_rows)
+    return jax.tree.map(lambda x, y: x.at[rows].set(y), state, tail)
 
 
 def _row_base(b: int, length: int, ndim: int):
@@ -77,10 +96,11 @@ def initial_agenda(axiom_order_BxN, h_BxN, *, cost: str):
 
 
 def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, goal_B, h_BxN, *, cost: str,
-                   width: int = 16, events: int = 32):
+                   width: int = 16, events: int = 32, shrink: int = 8, min_rows: int = 32):
     """A* on a padded batch, one frontier (up to `width` items of the minimal (f, h) key whose out-edges number at
-    most `events`, cut for exactness) per unfinished problem per loop step. Returns (weight_B, trace_BxM, pushes_B,
-    popped_BxN, popped_f_BxN, pops_B), the same as `search.kernel.astar_core`."""
+    most `events`, cut for exactness) per unfinished problem per loop step; once at most 1/`shrink` of the rows are
+    unfinished they loop on in a batch of that size (see `_loop_with_tails`; not below `min_rows` rows). Returns
+    (weight_B, trace_BxM, pushes_B, popped_BxN, popped_f_BxN, pops_B), the same as `search.kernel.astar_core`."""
     b, n, d = out_edges_BxNxD.shape
     m, k = premises_BxMxK.shape[1:]
     fw = max(1, min(int(width), n))
@@ -94,16 +114,18 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
     out_head_flat = jnp.where(out_edges_flat >= 0, take_rows(head_BxM, out_edges_flat), -1)
     premises_flat = premises_BxMxK.reshape(b, m * k)
     earlier_ExE = jnp.tril(jnp.ones((ne, ne), bool), k=-1)  # [i, j]: event j comes before event i
-    state = dict(w=w, f=f, stamp=stamp, live=live, chart=jnp.zeros((b, n), bool),
+    # per-problem constants ride in the loop state, so the tail loop can take a subset of rows
+    state = dict(h=h_BxN, goal=goal_B, deg=deg_BxN, oe=out_edges_flat, oh=out_head_flat, prem=premises_flat,
+                 w=w, f=f, stamp=stamp, live=live, chart=jnp.zeros((b, n), bool),
                  counter=jnp.sum(ax_ok, axis=1, dtype=jnp.int32), trace=jnp.full((b, m), -1, jnp.int32),
                  n_trace=jnp.zeros((b,), jnp.int32), popped=jnp.full((b, n), -1, jnp.int32),
                  popped_f=jnp.full((b, n), _INF, jnp.float32), n_pops=jnp.zeros((b,), jnp.int32),
                  done=jnp.zeros((b,), bool), proved=jnp.zeros((b,), bool))
 
-    def cond(s):
-        return jnp.any(~s["done"])
-
     def body(s):
+        b = s["w"].shape[0]
+        h_BxN, goal_B, deg_BxN = s["h"], s["goal"], s["deg"]
+        out_edges_flat, out_head_flat, premises_flat = s["oe"], s["oh"], s["prem"]
         w, f, chart, live = s["w"], s["f"], s["chart"], s["live"]
         any_live = jnp.any(live, axis=1)
         fm = jnp.min(jnp.where(live, f, _INF), axis=1)
@@ -186,7 +208,7 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         slot_p = s["n_pops"][:, None] + iota_f
         goal_popped = p_goal <= last_pop
         done = s["done"] | ~any_live | goal_popped
-        return dict(w=w_new, f=_put(f, c, f_new, push, "min"), stamp=stamp, live=live & ~done[:, None],
+        return dict({key: s[key] for key in _CONSTS}, w=w_new, f=_put(f, c, f_new, push, "min"), stamp=stamp, live=live & ~done[:, None],
                     chart=_put(chart, item, True, pop_now),
                     counter=s["counter"] + n_push, trace=trace, n_trace=s["n_trace"] + n_push,
                     popped=_put(s["popped"], slot_p, item, pop_now),
@@ -194,6 +216,6 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
                     n_pops=s["n_pops"] + jnp.sum(pop_now, axis=1, dtype=jnp.int32),
                     done=done, proved=s["proved"] | goal_popped)
 
-    s = jax.lax.while_loop(cond, body, state)
+    s = _loop_with_tails(body, state, shrink=shrink, min_rows=min_rows)
     weight = jnp.where(s["proved"], take_rows(s["w"], jnp.maximum(goal_B, 0)[:, None])[:, 0], _INF)
     return weight, s["trace"], s["n_trace"], s["popped"], s["popped_f"], s["n_pops"]
