@@ -39,7 +39,7 @@ from search.kernel_heuristics import axiom_weight
 __all__ = ["astar_frontier"]
 
 _INF = jnp.inf
-_CONSTS = ("h", "goal", "deg", "oe", "oh", "prem")
+_CONSTS = ("h", "goal", "deg", "oe", "head", "prem")
 
 
 def _loop_with_tails(body, state, *, shrink: int, min_rows: int):
@@ -83,15 +83,14 @@ def initial_agenda(axiom_order_BxN, h_BxN, *, cost: str):
     push stamps in axiom order. axiom_order_BxN: atom ids of the axioms, -1 padded.
     Returns (w_BxN, f_BxN, stamp_BxN, live_BxN, axiom_valid_BxN)."""
     b, n = h_BxN.shape
-    rows = jnp.arange(b)[:, None]
     a0 = axiom_weight(cost)
     ax_ok = axiom_order_BxN >= 0
-    ax_col = jnp.where(ax_ok, axiom_order_BxN, n)
-    w = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0, mode="drop")
-    f = jnp.full((b, n), _INF, jnp.float32).at[rows, ax_col].set(a0 + take_rows(h_BxN, axiom_order_BxN), mode="drop")
-    stamp = jnp.full((b, n), -1, jnp.int32).at[rows, ax_col].set(
-        jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)), mode="drop")
-    live = jnp.zeros((b, n), bool).at[rows, ax_col].set(True, mode="drop")
+    # one scatter (the stamps); the rest follows from "has a stamp"
+    stamp = _put(jnp.full((b, n), -1, jnp.int32), axiom_order_BxN,
+                 jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)), ax_ok)
+    live = stamp >= 0
+    w = jnp.where(live, jnp.float32(a0), _INF)
+    f = jnp.where(live, a0 + h_BxN, _INF)
     return w, f, stamp, live, ax_ok
 
 
@@ -111,11 +110,10 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
     iota_e = jnp.arange(ne, dtype=jnp.int32)
     deg_BxN = jnp.sum(out_edges_BxNxD >= 0, axis=2, dtype=jnp.int32)
     out_edges_flat = out_edges_BxNxD.reshape(b, n * d)
-    out_head_flat = jnp.where(out_edges_flat >= 0, take_rows(head_BxM, out_edges_flat), -1)
     premises_flat = premises_BxMxK.reshape(b, m * k)
     earlier_ExE = jnp.tril(jnp.ones((ne, ne), bool), k=-1)  # [i, j]: event j comes before event i
     # per-problem constants ride in the loop state, so the tail loop can take a subset of rows
-    state = dict(h=h_BxN, goal=goal_B, deg=deg_BxN, oe=out_edges_flat, oh=out_head_flat, prem=premises_flat,
+    state = dict(h=h_BxN, goal=goal_B, deg=deg_BxN, oe=out_edges_flat, head=head_BxM, prem=premises_flat,
                  w=w, f=f, stamp=stamp, live=live, chart=jnp.zeros((b, n), bool),
                  counter=jnp.sum(ax_ok, axis=1, dtype=jnp.int32), trace=jnp.full((b, m), -1, jnp.int32),
                  n_trace=jnp.zeros((b,), jnp.int32), popped=jnp.full((b, n), -1, jnp.int32),
@@ -125,7 +123,7 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
     def body(s):
         b = s["w"].shape[0]
         h_BxN, goal_B, deg_BxN = s["h"], s["goal"], s["deg"]
-        out_edges_flat, out_head_flat, premises_flat = s["oe"], s["oh"], s["prem"]
+        out_edges_flat, head_BxM, premises_flat = s["oe"], s["head"], s["prem"]
         w, f, chart, live = s["w"], s["f"], s["chart"], s["live"]
         any_live = jnp.any(live, axis=1)
         fm = jnp.min(jnp.where(live, f, _INF), axis=1)
@@ -162,7 +160,8 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
             event = ev_ok & (cpos == row)
             pw = jnp.where(pm, take_rows(w, prem), 0.0)
             g = 1.0 + (jnp.max(pw, axis=2) if cost == "max" else jnp.sum(pw, axis=2))
-        c = jnp.where(event, take_rows(out_head_flat, slot), n)  # head, n when no event
+        # head, n when no event (a gather per step: a per-atom head table would cost more to build per call)
+        c = jnp.where(event, take_rows(head_BxM, oe), n)
         # c off the chart and not a frontier item popped at or before this row
         cand = event & (take_rows(ppos, c) > row)
         wc = take_rows(w, c)
