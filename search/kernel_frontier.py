@@ -78,6 +78,14 @@ def _put(x_BxL, idx, vals, mask, op: str = "set"):
     return out.reshape(b, length)
 
 
+def _cumsum(x_BxL):
+    """Inclusive prefix sum along the last axis of small non-negative integers (< 2^24) as one float32 matmul
+    with a triangular matrix: XLA:CPU lowers jnp.cumsum to a reduce-window that costs several times more."""
+    length = x_BxL.shape[-1]
+    tri = jnp.triu(jnp.ones((length, length), jnp.float32))
+    return jnp.dot(x_BxL.astype(jnp.float32), tri, precision=jax.lax.Precision.HIGHEST).astype(jnp.int32)
+
+
 def initial_agenda(axiom_order_BxN, h_BxN, *, cost: str):
     """The agenda before the first pop: every axiom pushed with weight a0 (cost "max": 0, "sum": 1), f = a0 + h,
     push stamps in axiom order. axiom_order_BxN: atom ids of the axioms, -1 padded.
@@ -137,12 +145,12 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         # the out-edges of the window's rows as ONE list of events in host order (row, then ascending id), cut
         # after the last row whose out-edges all fit in `ne` slots (a prefix of the pop order is always exact)
         deg = jnp.where(in_win, take_rows(deg_BxN, item), 0)
-        end = jnp.cumsum(deg, axis=1)
+        end = _cumsum(deg)
         fits = in_win & (end <= ne)
         n_fit = jnp.sum(fits, axis=1, dtype=jnp.int32)
         total = jnp.max(jnp.where(fits, end, 0), axis=1)
         marks = _put(jnp.zeros((b, ne), jnp.int32), end, jnp.ones_like(end), fits & (end < ne), "add")
-        row = jnp.minimum(jnp.cumsum(marks, axis=1), fw - 1)  # [B, E]: frontier row of each event
+        row = jnp.minimum(_cumsum(marks), fw - 1)  # [B, E]: frontier row of each event
         ev_ok = iota_e[None, :] < total[:, None]
         item_e = take_rows(item, row)
         slot = item_e * d + iota_e[None, :] - take_rows(end - deg, row)
@@ -197,7 +205,7 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         push = push & (row <= last_pop[:, None]) & (row < p_goal[:, None])
         pop_now = in_win & (iota_f[None, :] <= last_pop[:, None])
         # events are in the host's push order: stamps and trace slots by rank
-        rank = jnp.cumsum(push, axis=1, dtype=jnp.int32) - 1
+        rank = _cumsum(push) - 1
         n_push = jnp.sum(push, axis=1, dtype=jnp.int32)
         trace = _put(s["trace"], s["n_trace"][:, None] + rank, oe, push)
         # agenda: a head's pushes all come from one row, cheapest and newest last: min weight, max stamp
