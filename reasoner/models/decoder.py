@@ -141,11 +141,14 @@ class Decoder(nnx.Module):
     def logits(self, hidden_BxTxD) -> jax.Array:
         """float32 logits [B, T, V]."""
         dt = self.cfg.dtype
+        # One [rows, D] x [D, V] GEMM (see `layers.flat_dot`: a [B, T] lhs makes the backward slow on CPU).
+        lead, d = hidden_BxTxD.shape[:-1], hidden_BxTxD.shape[-1]
+        h = hidden_BxTxD.reshape(-1, d).astype(dt)
         if self.lm_head is None:
-            return jnp.einsum("btd,vd->btv", hidden_BxTxD.astype(dt), self.embed[...].astype(dt),
-                              preferred_element_type=jnp.float32)
-        return jnp.einsum("btd,dv->btv", hidden_BxTxD.astype(dt), self.lm_head[...].astype(dt),
-                          preferred_element_type=jnp.float32)
+            out = jnp.einsum("nd,vd->nv", h, self.embed[...].astype(dt), preferred_element_type=jnp.float32)
+        else:
+            out = jnp.dot(h, self.lm_head[...].astype(dt), preferred_element_type=jnp.float32)
+        return out.reshape(lead + (out.shape[-1],))
 
     def __call__(self, tokens_BxT, *, positions_BxT, segment_ids_BxT=None, cache: KVCache | None = None):
         h, cache = self.hidden_states(tokens_BxT, positions_BxT=positions_BxT, segment_ids_BxT=segment_ids_BxT,

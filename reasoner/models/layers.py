@@ -8,6 +8,7 @@ axes through the single table in `configs/sharding_rules.py`.
 from __future__ import annotations
 
 import contextlib
+import math
 import contextvars
 from typing import Sequence
 
@@ -63,6 +64,26 @@ def make_param(
     return nnx.Param(value.astype(dtype), logical_axes=tuple(axes))
 
 
+def flat_dot(x: jax.Array, w: jax.Array, *, n_in: int) -> jax.Array:
+    """x . w contracting the last `n_in` dims of x with the first `n_in` of w, as ONE 2-D matmul
+    [rows, in] @ [in, out] reshaped back.
+
+    Why: a tensordot over [B, T, ...] gives a dot with two batch-like free dims; its transposes in the
+    backward (dW contracts over both B and T) are not canonical for XLA:CPU, which then runs them far
+    slower than a plain GEMM (an MLP's gradient measured 1.7x slower than with this reshape). Merging
+    the leading dims (and the kernel's input/output dims) first keeps every forward and backward dot a
+    row-major GEMM. The reshapes only merge adjacent dims, so shardings of the major dims carry over.
+    """
+    lead, in_dims = x.shape[:x.ndim - n_in], x.shape[x.ndim - n_in:]
+    if w.shape[:n_in] != in_dims:
+        raise ValueError(f"flat_dot: x {x.shape} and w {w.shape} disagree on the {n_in} contracted dims")
+    out_dims = w.shape[n_in:]
+    rows = math.prod(lead)
+    k = math.prod(in_dims)
+    y = jnp.dot(x.reshape(rows, k), w.reshape(k, math.prod(out_dims)))
+    return y.reshape(lead + out_dims)
+
+
 class Proj(nnx.Module):
     """y = x . kernel (+ bias), contracting the last `len(in_shape)` dims of x.
 
@@ -80,7 +101,7 @@ class Proj(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         n_in = len(self.in_shape)
-        y = jnp.tensordot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), axes=n_in)
+        y = flat_dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), n_in=n_in)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         if self.lora is not None:
