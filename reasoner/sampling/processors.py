@@ -16,8 +16,9 @@ exactly k tokens (ties at the boundary broken towards the lower token id, as `la
 top-p keeps a token while the mass of the strictly more likely kept tokens is below `top_p`, so
 the most likely token is always kept.
 
-Randomness: row b draws with `fold_in(keys_B[b], positions_B[b])`, where the position is the
-sequence position the new token will occupy; draws therefore depend only on (row key, position).
+Randomness: row b draws one uniform with `fold_in(keys_B[b], positions_B[b])`, where the position
+is the sequence position the new token will occupy, and inverts the sampling CDF at it
+(`draw_categorical`); draws therefore depend only on (row key, position).
 """
 
 from __future__ import annotations
@@ -89,6 +90,47 @@ def filtered_distribution(logits_BxV: jax.Array, *, spec: DecodeSpec, temperatur
     return jnp.zeros(logits_BxV.shape, jnp.float32).at[rows, ids].set(probs)
 
 
+def draw_categorical(values_BxK: jax.Array, uniform_B: jax.Array, *, block: int = 256) -> jax.Array:
+    """One index per row drawn from softmax(values) by inverting its CDF at `uniform_B` (in [0, 1)).
+
+    Why not Gumbel-max (`jax.random.categorical`): that needs K random numbers per row per token
+    (threefry over [16, 49152] costs ~10 ms a decode step on a CPU); this needs one. Why two levels:
+    a cumulative sum over the whole vocabulary is slow on XLA:CPU (a reduce-window), so the mass is
+    summed per block of `block` candidates, the block is found on the [B, K/block] block CDF and the
+    candidate on that block's own CDF.
+
+    The picked index is the first whose cumulative mass reaches u * total; a candidate of
+    probability 0 (a -inf value) is never picked: the target is at least the smallest positive
+    float and is clipped into the chosen block's own (positive) mass, against float32 rounding.
+    """
+    v = values_BxK.astype(jnp.float32)
+    b, k = v.shape
+    probs = jnp.exp(v - jnp.max(v, axis=-1, keepdims=True))
+    c = min(block, k)
+    r = -(-k // c)
+    probs_BxRxC = jnp.pad(probs, ((0, 0), (0, r * c - k))).reshape(b, r, c)
+    mass_BxR = jnp.sum(probs_BxRxC, axis=-1)
+    cdf_BxR = jnp.cumsum(mass_BxR, axis=-1)
+    target = jnp.maximum(uniform_B * cdf_BxR[:, -1], jnp.finfo(jnp.float32).tiny)
+    blk = jnp.minimum(jnp.sum((cdf_BxR < target[:, None]).astype(jnp.int32), axis=-1), r - 1)
+    # blk is the first block whose cumulative mass reaches the target, so its own mass is positive
+    blk = _last_positive_at_most(mass_BxR, blk)
+    before = jnp.take_along_axis(cdf_BxR - mass_BxR, blk[:, None], axis=-1)[:, 0]
+    inner_BxC = jnp.take_along_axis(probs_BxRxC, blk[:, None, None], axis=1)[:, 0]
+    inner_cdf = jnp.cumsum(inner_BxC, axis=-1)
+    inner_target = jnp.clip(target - before, jnp.finfo(jnp.float32).tiny, inner_cdf[:, -1])
+    col = jnp.sum((inner_cdf < inner_target[:, None]).astype(jnp.int32), axis=-1)
+    return blk * c + jnp.minimum(col, c - 1)
+
+
+def _last_positive_at_most(mass_BxR: jax.Array, idx_B: jax.Array) -> jax.Array:
+    """The largest block index <= idx_B with positive mass (idx_B itself unless rounding pushed the
+    target past the last block with mass)."""
+    r = mass_BxR.shape[-1]
+    ok = (mass_BxR > 0) & (jnp.arange(r)[None, :] <= idx_B[:, None])
+    return jnp.max(jnp.where(ok, jnp.arange(r)[None, :], 0), axis=-1)
+
+
 def choose_tokens(logits_BxV: jax.Array, keys_B: jax.Array, positions_B: jax.Array, *, spec: DecodeSpec,
                   temperature, top_p):
     """(tokens_B int32, sample_logp_B f32, model_logp_B f32); see the module docstring."""
@@ -97,8 +139,7 @@ def choose_tokens(logits_BxV: jax.Array, keys_B: jax.Array, positions_B: jax.Arr
         return tokens, jnp.zeros(tokens.shape, jnp.float32), model_logprobs(logits_BxV, tokens)
     values, ids = filtered_candidates(logits_BxV, spec=spec, temperature=temperature, top_p=top_p)
     step_keys = jax.vmap(jax.random.fold_in)(keys_B, positions_B)
-    # Gumbel-max over the candidates: one draw per row from softmax(values).
-    picked = jax.vmap(jax.random.categorical)(step_keys, values).astype(jnp.int32)
+    picked = draw_categorical(values, jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(step_keys))
     sample_logp = jnp.take_along_axis(jax.nn.log_softmax(values, axis=-1), picked[:, None], axis=-1)[:, 0]
     tokens = picked if ids is None else jnp.take_along_axis(ids, picked[:, None], axis=-1)[:, 0]
     tokens = tokens.astype(jnp.int32)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from reasoner.sampling.processors import DecodeSpec, choose_tokens, filtered_distribution, model_logprobs, row_keys
+from reasoner.sampling.processors import DecodeSpec, choose_tokens, draw_categorical, filtered_distribution, model_logprobs, row_keys
 from tests.sampling.tests_sampling_refs import reference_distribution
 
 
@@ -29,7 +29,7 @@ def test_filtered_distribution_matches_numpy(setting):
         np.testing.assert_allclose(got[row], reference_distribution(logits[row], **setting), atol=1e-6)
 
 
-@pytest.mark.parametrize("setting", SETTINGS[1:])
+@pytest.mark.parametrize("setting", SETTINGS)
 def test_chi_square_of_draws_matches_filtered_softmax(setting):
     """20,000 draws from one fixed logits vector: frequencies match the reference distribution,
     and a slightly wrong temperature is rejected (the test has power)."""
@@ -78,3 +78,22 @@ def test_draws_depend_only_on_row_key_and_position():
     draws = [int(choose_tokens(logits, keys, jnp.array([p] * 3), spec=spec, temperature=1.0, top_p=1.0)[0][0])
              for p in range(20)]
     assert len(set(draws)) > 5  # positions give fresh draws
+
+
+def test_draw_categorical_inverts_the_cdf_and_never_picks_zero_mass():
+    """Against a float64 NumPy inversion: index i is drawn iff cdf[i-1] < u * total <= cdf[i]; -inf candidates
+    (the zero-mass ones the filters remove) are skipped even at u = 0 and u just below 1."""
+    rng = np.random.default_rng(5)
+    values = rng.normal(size=(6, 64)).astype(np.float32) * 2
+    values[:, 0] = -np.inf  # u = 0 must not land on a removed first candidate
+    values[:, -5:] = -np.inf  # nor u -> 1 on removed last ones
+    values[3, 10:40] = -np.inf
+    us = np.array([0.0, 1e-9, 0.25, 0.5, 0.999, np.nextafter(np.float32(1), np.float32(0))], np.float32)
+    got = np.asarray(draw_categorical(jnp.asarray(values), jnp.asarray(us)))
+    for row, u in enumerate(us):
+        p = np.exp(values[row].astype(np.float64) - values[row].max())
+        cdf = np.cumsum(p)
+        want = min(int(np.searchsorted(cdf, max(u * cdf[-1], 1e-300), side="left")), 63)
+        assert np.isfinite(values[row, got[row]]), (row, u, got[row])
+        if 1e-6 < u < 1 - 1e-6:
+            assert got[row] == want, (row, u, got[row], want)
