@@ -58,7 +58,8 @@ def our_config(*, prompts: int, generations: int, new_tokens: int, steps: int):
     return c
 
 
-def time_ours(model, tokenizer, *, prompts: int, generations: int, new_tokens: int, steps: int) -> list[float]:
+def time_ours(model, tokenizer, *, prompts: int, generations: int, new_tokens: int, steps: int):
+    """(seconds per measured iteration, per-iteration phase seconds: rollout, reward wait, update)."""
     from reasoner.rewards import CompositeReward, WeightedReward, completion_text
     from trainers import grpo
 
@@ -68,15 +69,16 @@ def time_ours(model, tokenizer, *, prompts: int, generations: int, new_tokens: i
     parts = grpo.build_grpo(cfg, model=model, tokenizer=tokenizer)
     examples = [{"prompt": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]} for i in range(prompts)]
     state = parts["state"]
-    times = []
+    times, phases = [], []
     for i in range(steps + 1):
         t = time.perf_counter()
         state, m = grpo.generation_step(parts, state, examples=examples, reward=reward, tool=None, seed=i)
         times.append(time.perf_counter() - t)
+        phases.append({k: m[k] for k in ("rollout_s", "reward_wait_s", "update_s")})
         if m["completions/mean_length"] != new_tokens:
             raise RuntimeError(f"ours generated {m['completions/mean_length']} tokens on average, not {new_tokens}")
     reward.close()
-    return times[1:]
+    return times[1:], phases[1:]
 
 
 def time_trl(baseline_model, tokenizer, *, out_dir: str, prompts: int, generations: int, new_tokens: int,
@@ -121,10 +123,11 @@ def run(args) -> int:
             # Export before our trainer donates the parameter buffers.
             baseline_model = export_baseline_model(model, f"{tmp}/hf")
             base_times = time_trl(baseline_model, tokenizer, out_dir=f"{tmp}/trl", **kw)
-    ours_times = time_ours(model, tokenizer, **kw)
+    ours_times, phases = time_ours(model, tokenizer, **kw)
     samples = args.prompts * args.generations
     ours = samples / statistics.median(ours_times)
     out = {"ours_samples_s": round(ours, 3), "ours_step_s": [round(t, 2) for t in ours_times],
+           "ours_phase_s": {k: round(statistics.median(p[k] for p in phases), 2) for k in phases[0]},
            "samples_per_step": samples, "new_tokens": args.new_tokens, "device": jax.devices()[0].device_kind}
     if base_times:
         base = samples / statistics.median(base_times)
