@@ -178,8 +178,10 @@ class NonFiniteGuard:
 
 def sequence_logprobs(model, *, tokens, positions, segment_ids, loss_mask):
     """(per-token log-probs [B, T-1], trained-target mask [B, T-1]) of `model` on a padded/packed batch."""
-    from trainers.losses import target_mask, token_logprobs
+    from trainers.losses import next_token_logprobs, target_mask
 
-    logits, _ = model(tokens, positions_BxT=positions, segment_ids_BxT=segment_ids)
-    return token_logprobs(logits, tokens), target_mask(loss_mask, segment_ids)
+    hidden, _ = model.hidden_states(tokens, positions_BxT=positions, segment_ids_BxT=segment_ids)
+    # the last position predicts nothing: drop it before the vocabulary projection, not after (a [B, T, V] copy)
+    logits = model.logits(hidden[:, :-1])
+    return next_token_logprobs(logits, tokens[:, 1:]), target_mask(loss_mask, segment_ids)
 

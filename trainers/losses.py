@@ -22,9 +22,13 @@ def target_mask(loss_mask_BxT: jax.Array, segment_ids_BxT: jax.Array) -> jax.Arr
 
 def token_logprobs(logits_BxTxV: jax.Array, tokens_BxT: jax.Array) -> jax.Array:
     """[B, T-1] float32 log p(tokens[t+1] | tokens[:t+1]) from logits at positions 0..T-2."""
-    logits = logits_BxTxV[:, :-1].astype(jnp.float32)
-    targets = tokens_BxT[:, 1:]
-    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return next_token_logprobs(logits_BxTxV[:, :-1], tokens_BxT[:, 1:])
+
+
+def next_token_logprobs(logits_BxTm1xV: jax.Array, targets_BxTm1: jax.Array) -> jax.Array:
+    """[B, T-1] float32 log_softmax(logits)[target], logits already shifted (position t predicts target t)."""
+    logits = logits_BxTm1xV.astype(jnp.float32)
+    picked = jnp.take_along_axis(logits, targets_BxTm1[..., None], axis=-1)[..., 0]
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
