@@ -48,22 +48,33 @@ def make_train_step(
             return (grads_acc, loss_acc + loss, sums_acc), None
 
         first = jax.tree.map(lambda x: x[0], batch)
-        sums_shape = jax.eval_shape(lambda: loss_fn(state.params, frozen, first, denom)[1])
-        zeros_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape)
-        zeros_grads = jax.tree.map(jnp.zeros_like, state.params)
-        (grads, loss, sums), _ = jax.lax.scan(micro, (zeros_grads, jnp.zeros((), jnp.float32), zeros_sums), batch)
+        if jax.tree.leaves(batch)[0].shape[0] == 1:
+            # No accumulation: no zero-filled gradient tree and no add pass over every parameter.
+            (loss, sums), grads = grad_fn(state.params, frozen, first, denom)
+        else:
+            sums_shape = jax.eval_shape(lambda: loss_fn(state.params, frozen, first, denom)[1])
+            zeros_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape)
+            zeros_grads = jax.tree.map(jnp.zeros_like, state.params)
+            (grads, loss, sums), _ = jax.lax.scan(micro, (zeros_grads, jnp.zeros((), jnp.float32), zeros_sums),
+                                                  batch)
 
         grad_norm = optax.global_norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        # Zeroed grads keep the (discarded) update itself finite, so the select below never mixes in NaNs.
-        safe_grads = jax.tree.map(lambda g: jnp.where(finite, g, jnp.zeros_like(g)), grads)
-        updates, new_opt_state = optimizer.update(safe_grads, state.opt_state, state.params)
-        new_params = optax.apply_updates(state.params, updates)
-        keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+
+        def update(operands):
+            grads, params, opt_state = operands
+            updates, new_opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), new_opt_state
+
+        def skip(operands):
+            return operands[1], operands[2]
+
+        # A branch, not a select: a finite step costs no extra pass over params and optimizer state.
+        new_params, new_opt_state = jax.lax.cond(finite, update, skip, (grads, state.params, state.opt_state))
         new_state = TrainState(
             step=state.step + 1,
-            params=jax.tree.map(keep, new_params, state.params),
-            opt_state=jax.tree.map(keep, new_opt_state, state.opt_state),
+            params=new_params,
+            opt_state=new_opt_state,
             rng=jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0]),
         )
         metrics = {
