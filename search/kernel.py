@@ -20,9 +20,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from search.kernel_frontier import astar_frontier, initial_agenda, take_rows
+from search.kernel_frontier import astar_frontier, initial_agenda
 from search.kernel_heuristics import axiom_weight, heuristic_batch, inside_weights
 from search.kernel_queue import PackedQueue, choose_queue
+from search.kernel_rows import take_rows
 from search.kernel_tensors import HypergraphArrays, ProblemBatch
 
 __all__ = ["KernelResult", "astar_batch", "astar_core", "device_heuristic", "from_hypergraph", "problem_arrays"]

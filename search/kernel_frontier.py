@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from search.kernel_heuristics import axiom_weight
+from search.kernel_rows import put_rows, take_rows
 
 __all__ = ["astar_frontier"]
 
@@ -57,27 +58,6 @@ def _loop_with_tails(body, state, *, shrink: int, min_rows: int):
     return jax.tree.map(lambda x, y: x.at[rows].set(y), state, tail)
 
 
-def _row_base(b: int, length: int, ndim: int):
-    return (jnp.arange(b, dtype=jnp.int32) * length).reshape((b,) + (1,) * (ndim - 1))
-
-
-def take_rows(x_BxL, idx):
-    """Per-row gather x[b, idx[b, ...]] with idx clipped (callers mask invalid ones), as ONE flat gather with
-    scalar indices (cheaper on CPU than take_along_axis, which builds (row, col) index pairs)."""
-    b, length = x_BxL.shape
-    flat = _row_base(b, length, idx.ndim) + jnp.clip(idx, 0, length - 1)
-    return x_BxL.reshape(-1).at[flat].get(mode="promise_in_bounds")
-
-
-def _put(x_BxL, idx, vals, mask, op: str = "set"):
-    """Per-row scatter x[b, idx[b, ...]] <op>= vals where mask, as one flat scatter (masked entries dropped)."""
-    b, length = x_BxL.shape
-    flat = jnp.where(mask, _row_base(b, length, idx.ndim) + idx, b * length)
-    ref = x_BxL.reshape(-1).at[flat]
-    out = {"set": ref.set, "min": ref.min, "max": ref.max, "add": ref.add}[op](vals, mode="drop")
-    return out.reshape(b, length)
-
-
 def _cumsum(x_BxL):
     """Inclusive prefix sum along the last axis of small non-negative integers (< 2^24) as one float32 matmul
     with a triangular matrix: XLA:CPU lowers jnp.cumsum to a reduce-window that costs several times more."""
@@ -94,7 +74,7 @@ def initial_agenda(axiom_order_BxN, h_BxN, *, cost: str):
     a0 = axiom_weight(cost)
     ax_ok = axiom_order_BxN >= 0
     # one scatter (the stamps); the rest follows from "has a stamp"
-    stamp = _put(jnp.full((b, n), -1, jnp.int32), axiom_order_BxN,
+    stamp = put_rows(jnp.full((b, n), -1, jnp.int32), axiom_order_BxN,
                  jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)), ax_ok)
     live = stamp >= 0
     w = jnp.where(live, jnp.float32(a0), _INF)
@@ -141,7 +121,7 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         # the frontier's first `fw` items in LIFO order (highest stamp first); stamps < 2^24 are exact in float32
         top, item = jax.lax.top_k(jnp.where(front, s["stamp"], -1).astype(jnp.float32), fw)  # [B, F]
         in_win = top >= 0
-        pos = _put(jnp.full((b, n), big, jnp.int32), item, jnp.broadcast_to(iota_f, (b, fw)), in_win)
+        pos = put_rows(jnp.full((b, n), big, jnp.int32), item, jnp.broadcast_to(iota_f, (b, fw)), in_win)
         # the out-edges of the window's rows as ONE list of events in host order (row, then ascending id), cut
         # after the last row whose out-edges all fit in `ne` slots (a prefix of the pop order is always exact)
         deg = jnp.where(in_win, take_rows(deg_BxN, item), 0)
@@ -149,7 +129,7 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         fits = in_win & (end <= ne)
         n_fit = jnp.sum(fits, axis=1, dtype=jnp.int32)
         total = jnp.max(jnp.where(fits, end, 0), axis=1)
-        marks = _put(jnp.zeros((b, ne), jnp.int32), end, jnp.ones_like(end), fits & (end < ne), "add")
+        marks = put_rows(jnp.zeros((b, ne), jnp.int32), end, jnp.ones_like(end), fits & (end < ne), "add")
         row = jnp.minimum(_cumsum(marks), fw - 1)  # [B, E]: frontier row of each event
         ev_ok = iota_e[None, :] < total[:, None]
         item_e = take_rows(item, row)
@@ -176,7 +156,7 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         if k == 1:
             # g is the same for a row's events, so of c's events in a row only the first can push; `first` = c's
             # first event (a scatter-min of the event index, which is host order)
-            first = _put(jnp.full((b, n), ne, jnp.int32), c, jnp.broadcast_to(iota_e, c.shape), cand, "min")
+            first = put_rows(jnp.full((b, n), ne, jnp.int32), c, jnp.broadcast_to(iota_e, c.shape), cand, "min")
             fc = take_rows(first, c)
             at_first = cand & (take_rows(row, fc) == row)
             push = cand & (fc == iota_e[None, :]) & (g < wc)
@@ -186,9 +166,9 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
             same = ((c[:, :, None] == c[:, None, :]) & cand[:, None, :] & (row[:, :, None] == row[:, None, :])
                     & earlier_ExE)  # [B, i, j]
             prior = jnp.min(jnp.where(same, g[:, None, :], _INF), axis=2)
-            first = _put(jnp.full((b, n), big, jnp.int32), c, row, cand, "min")
+            first = put_rows(jnp.full((b, n), big, jnp.int32), c, row, cand, "min")
             at_first = cand & (take_rows(first, c) == row)
-            g_first = take_rows(_put(jnp.full((b, n), _INF, jnp.float32), c, g, at_first, "min"), c)
+            g_first = take_rows(put_rows(jnp.full((b, n), _INF, jnp.float32), c, g, at_first, "min"), c)
             push = at_first & (g < jnp.minimum(wc, prior))
         # across rows: c's first row decides; a later row of c that could still push (g below what the first row
         # left) cuts the frontier before that row, so it is decided next iteration with the updated w[c]
@@ -207,19 +187,20 @@ def astar_frontier(axiom_order_BxN, premises_BxMxK, head_BxM, out_edges_BxNxD, g
         # events are in the host's push order: stamps and trace slots by rank
         rank = _cumsum(push) - 1
         n_push = jnp.sum(push, axis=1, dtype=jnp.int32)
-        trace = _put(s["trace"], s["n_trace"][:, None] + rank, oe, push)
+        trace = put_rows(s["trace"], s["n_trace"][:, None] + rank, oe, push)
         # agenda: a head's pushes all come from one row, cheapest and newest last: min weight, max stamp
-        w_new = _put(w, c, g, push, "min")
-        stamp = _put(s["stamp"], c, s["counter"][:, None] + rank, push, "max")
-        live = _put(_put(live, c, True, push), item, False, pop_now)
+        w_new = put_rows(w, c, g, push, "min")
+        stamp = put_rows(s["stamp"], c, s["counter"][:, None] + rank, push, "max")
+        live = put_rows(put_rows(live, c, True, push), item, False, pop_now)
         slot_p = s["n_pops"][:, None] + iota_f
         goal_popped = p_goal <= last_pop
         done = s["done"] | ~any_live | goal_popped
-        return dict({key: s[key] for key in _CONSTS}, w=w_new, f=_put(f, c, f_new, push, "min"), stamp=stamp, live=live & ~done[:, None],
-                    chart=_put(chart, item, True, pop_now),
+        return dict({key: s[key] for key in _CONSTS}, w=w_new, f=put_rows(f, c, f_new, push, "min"), stamp=stamp,
+                    live=live & ~done[:, None],
+                    chart=put_rows(chart, item, True, pop_now),
                     counter=s["counter"] + n_push, trace=trace, n_trace=s["n_trace"] + n_push,
-                    popped=_put(s["popped"], slot_p, item, pop_now),
-                    popped_f=_put(s["popped_f"], slot_p, jnp.broadcast_to(fm[:, None], (b, fw)), pop_now),
+                    popped=put_rows(s["popped"], slot_p, item, pop_now),
+                    popped_f=put_rows(s["popped_f"], slot_p, jnp.broadcast_to(fm[:, None], (b, fw)), pop_now),
                     n_pops=s["n_pops"] + jnp.sum(pop_now, axis=1, dtype=jnp.int32),
                     done=done, proved=s["proved"] | goal_popped)
 

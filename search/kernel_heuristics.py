@@ -19,6 +19,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from search.kernel_rows import put_rows, take_rows
+
 __all__ = ["edge_costs", "inside_weights", "dependency_h", "true_h", "heuristic_h", "heuristic_batch", "HEURISTICS",
            "axiom_weight"]
 
@@ -117,24 +119,6 @@ def heuristic_h(name: str, *, goal, axiom_mask_N, premises_MxK, head_M, cost: st
     raise ValueError(f"heuristic {name!r} is not one of {HEURISTICS}")
 
 
-def _row_base(b: int, length: int, ndim: int):
-    return (jnp.arange(b, dtype=jnp.int32) * length).reshape((b,) + (1,) * (ndim - 1))
-
-
-def _take_rows(x_BxL, idx):
-    """x[b, idx[b, ...]] (idx clipped) as one flat gather: cheaper on CPU than a vmapped per-row gather."""
-    b, length = x_BxL.shape
-    return x_BxL.reshape(-1).at[_row_base(b, length, idx.ndim) + jnp.clip(idx, 0, length - 1)].get(
-        mode="promise_in_bounds")
-
-
-def _min_rows(x_BxL, idx, vals, mask):
-    """x[b, idx[b, ...]] = min(x, vals) where mask, as one flat scatter (a vmapped scatter is about 2x slower)."""
-    b, length = x_BxL.shape
-    flat = jnp.where(mask, _row_base(b, length, idx.ndim) + idx, b * length)
-    return x_BxL.reshape(-1).at[flat].min(vals, mode="drop").reshape(b, length)
-
-
 def heuristic_batch(name: str, *, goal_B, axiom_order_BxN, premises_BxMxK, head_BxM, cost: str,
                     relaxed_src_BxE, relaxed_dst_BxE):
     """h_BxN float32 for a whole padded batch: the same fixpoints as `heuristic_h` (one problem), written on the
@@ -148,7 +132,7 @@ def heuristic_batch(name: str, *, goal_B, axiom_order_BxN, premises_BxMxK, head_
         valid = (relaxed_src_BxE >= 0) & (relaxed_dst_BxE >= 0)
 
         def relax(h):
-            return _min_rows(h, relaxed_src_BxE, 1.0 + _take_rows(h, relaxed_dst_BxE), valid)
+            return put_rows(h, relaxed_src_BxE, 1.0 + take_rows(h, relaxed_dst_BxE), valid, "min")
 
         return _fixpoint(relax, h0.astype(jnp.float32))[:, :n]
     if name != "true":
@@ -157,21 +141,21 @@ def heuristic_batch(name: str, *, goal_B, axiom_order_BxN, premises_BxMxK, head_
     has_head = head_BxM >= 0
 
     def costs(w):
-        pw = jnp.where(pm, _take_rows(w, premises_BxMxK), 0.0)
+        pw = jnp.where(pm, take_rows(w, premises_BxMxK), 0.0)
         return 1.0 + (jnp.max(pw, axis=2) if cost == "max" else jnp.sum(pw, axis=2))
 
     ax = axiom_order_BxN >= 0
-    w0 = _min_rows(jnp.full((b, n), _INF, jnp.float32), axiom_order_BxN,
-                   jnp.full((b, n), axiom_weight(cost), jnp.float32), ax)
-    w = _fixpoint(lambda w: _min_rows(w, head_BxM, costs(w), has_head), w0)
-    tight = has_head & (costs(w) == _take_rows(w, head_BxM))
+    w0 = put_rows(jnp.full((b, n), _INF, jnp.float32), axiom_order_BxN,
+                  jnp.full((b, n), axiom_weight(cost), jnp.float32), ax, "min")
+    w = _fixpoint(lambda w: put_rows(w, head_BxM, costs(w), has_head, "min"), w0)
+    tight = has_head & (costs(w) == take_rows(w, head_BxM))
     on0 = ((jnp.arange(n)[None, :] == goal_B[:, None]) & (goal_B >= 0)[:, None]).astype(jnp.float32)
     on_path = tight[:, :, None] & pm
 
     def mark(on):  # 1.0 on the goal's tight sub-hypergraph: min over -on spreads the marks to premises
-        src = jnp.broadcast_to(_take_rows(on, head_BxM)[:, :, None], premises_BxMxK.shape)
-        return -_min_rows(-on, premises_BxMxK, -src, on_path)
+        src = jnp.broadcast_to(take_rows(on, head_BxM)[:, :, None], premises_BxMxK.shape)
+        return -put_rows(-on, premises_BxMxK, -src, on_path, "min")
 
     on = _fixpoint(mark, on0) > 0
-    wg = _take_rows(w, jnp.maximum(goal_B, 0)[:, None])
+    wg = take_rows(w, jnp.maximum(goal_B, 0)[:, None])
     return jnp.where(on, wg - w, _INF).astype(jnp.float32)
