@@ -40,18 +40,18 @@ def make_train_step(
         denom = jnp.maximum(denominator(batch).astype(jnp.float32), 1.0)
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-        def micro(carry, micro_batch):
-            grads_acc, loss_acc, sums_acc = carry
-            (loss, sums), grads = grad_fn(state.params, frozen, micro_batch, denom)
-            grads_acc = jax.tree.map(jnp.add, grads_acc, grads)
-            sums_acc = jax.tree.map(jnp.add, sums_acc, sums)
-            return (grads_acc, loss_acc + loss, sums_acc), None
-
         first = jax.tree.map(lambda x: x[0], batch)
         if jax.tree.leaves(batch)[0].shape[0] == 1:
             # No accumulation: no zero-filled gradient tree and no add pass over every parameter.
             (loss, sums), grads = grad_fn(state.params, frozen, first, denom)
         else:
+            def micro(carry, micro_batch):
+                grads_acc, loss_acc, sums_acc = carry
+                (loss, sums), grads = grad_fn(state.params, frozen, micro_batch, denom)
+                grads_acc = jax.tree.map(jnp.add, grads_acc, grads)
+                sums_acc = jax.tree.map(jnp.add, sums_acc, sums)
+                return (grads_acc, loss_acc + loss, sums_acc), None
+
             sums_shape = jax.eval_shape(lambda: loss_fn(state.params, frozen, first, denom)[1])
             zeros_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape)
             zeros_grads = jax.tree.map(jnp.zeros_like, state.params)

@@ -8,8 +8,8 @@ axes through the single table in `configs/sharding_rules.py`.
 from __future__ import annotations
 
 import contextlib
-import math
 import contextvars
+import math
 from typing import Sequence
 
 import jax

@@ -113,7 +113,8 @@ def draw_categorical(values_BxK: jax.Array, uniform_B: jax.Array, *, block: int 
     cdf_BxR = jnp.cumsum(mass_BxR, axis=-1)
     target = jnp.maximum(uniform_B * cdf_BxR[:, -1], jnp.finfo(jnp.float32).tiny)
     blk = jnp.minimum(jnp.sum((cdf_BxR < target[:, None]).astype(jnp.int32), axis=-1), r - 1)
-    # blk is the first block whose cumulative mass reaches the target, so its own mass is positive
+    # the first block whose cumulative mass reaches the target has positive mass, unless the float32 cumsum's
+    # rounding made a zero-mass block's entry exceed its predecessor's: then step back to the last block with mass
     blk = _last_positive_at_most(mass_BxR, blk)
     before = jnp.take_along_axis(cdf_BxR - mass_BxR, blk[:, None], axis=-1)[:, 0]
     inner_BxC = jnp.take_along_axis(probs_BxRxC, blk[:, None, None], axis=1)[:, 0]
