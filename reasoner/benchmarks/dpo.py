@@ -2,12 +2,15 @@
 
 Same weights, float32, AdamW, sigmoid loss (beta 0.1), reference computed on the fly on both sides
 (TRL's default), the same pairs (prompt + chosen / rejected of equal token length), remat setting.
-Throughput counts the tokens of both sequences of every pair.
+Throughput counts the tokens of both sequences of every pair. TRL runs in child processes, under glibc's default
+malloc settings and under ours (`ratio_same_env`; see `baseline_child`).
 """
 
 from __future__ import annotations
 
 import json
+
+from reasoner.benchmarks.train_common import add_baseline_args
 
 PROMPT_TOKENS = 32
 
@@ -19,7 +22,7 @@ def register(subparsers) -> None:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--remat", action="store_true")
-    parser.add_argument("--skip-baseline", action="store_true")
+    add_baseline_args(parser)
     parser.set_defaults(func=run)
 
 
@@ -49,6 +52,8 @@ def _pairs(tokenizer, *, rows: int, seq_len: int):
 
 
 def run(args) -> int:
+    import tempfile
+
     import jax
     import jax.numpy as jnp
     import ml_collections
@@ -68,40 +73,45 @@ def run(args) -> int:
                 "frozen": {"rest": frozen, "ref": jax.tree.map(jnp.copy, params)},
                 "frozen_sharding": {"rest": frozen_sharding, "ref": params_sharding}}
 
-    # The baseline runs first, on a process that has not run XLA yet (see train_common: order).
-    base_times, base_loss = [float("nan")], float("nan")
-    if not args.skip_baseline:
-        base_times, base_loss = _baseline(model, tokenizer, args)
+    with tempfile.TemporaryDirectory() as tmp:
+        request = {"benchmark": "dpo", "model_dir": tc.export_weights(model, f"{tmp}/model"), "batch": args.batch,
+                   "seq_len": args.seq_len, "steps": args.steps, "remat": args.remat}
+        baselines = tc.measure_baselines(args, request)
     step, state, frozen = tc.build_our_step(model, mesh, loss_fn_factory=factory, denominator=pair_denominator,
                                             example_batch=batch, total_steps=args.steps + 1)
     ours_times, ours_loss = tc.time_ours(step, state, frozen, batch, steps=args.steps, mesh=mesh)
-    result = tc.summary(ours_times=ours_times, base_times=base_times, tokens_per_step=2 * args.batch * args.seq_len,
-                        extra={"benchmark": "dpo", "model": "smollm2-135m-instruct", "dtype": "float32",
-                               "pairs": args.batch, "seq_len": args.seq_len, "remat": args.remat,
-                               "ours_first_loss": round(ours_loss, 5), "baseline_first_loss": round(base_loss, 5)})
+    result = tc.summary(ours_times=ours_times, baselines=baselines, units_per_step=2 * args.batch * args.seq_len,
+                        unit="tok", extra={"benchmark": "dpo", "model": "smollm2-135m-instruct", "dtype": "float32",
+                                           "pairs": args.batch, "seq_len": args.seq_len, "remat": args.remat,
+                                           "ours_first_loss": round(ours_loss, 5)})
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
 
 
-def _baseline(model, tokenizer, args):
+def baseline(request: dict) -> dict:
+    """TRL DPOTrainer on the same texts, reference on the fly; runs in `baseline_child`."""
     import tempfile
 
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
+    from reasoner.benchmarks import baseline_child
     from reasoner.benchmarks import train_common as tc
+    from reasoner.models.presets import resolve
+    from reasoner.tokenization import load_tokenizer
 
-    prompt, chosen, rejected = _texts(args.seq_len)
-    n = args.batch * (args.steps + 1)
+    tokenizer = load_tokenizer(resolve("smollm2-135m-instruct"))
+    prompt, chosen, rejected = _texts(request["seq_len"])
+    n = request["batch"] * (request["steps"] + 1)
     data = Dataset.from_dict({"prompt": [prompt] * n, "chosen": [chosen] * n, "rejected": [rejected] * n})
     with tempfile.TemporaryDirectory() as tmp:
-        torch_model = tc.export_baseline_model(model, f"{tmp}/model")
-        config = DPOConfig(**tc.trl_common_args(f"{tmp}/out", batch=args.batch, steps=args.steps, remat=args.remat),
-                           beta=0.1, loss_type=["sigmoid"], max_length=args.seq_len, precompute_ref_log_probs=False,
-                           dataset_num_proc=None)
+        config = DPOConfig(**tc.trl_common_args(f"{tmp}/out", batch=request["batch"], steps=request["steps"],
+                                                remat=request["remat"]),
+                           beta=0.1, loss_type=["sigmoid"], max_length=request["seq_len"],
+                           precompute_ref_log_probs=False, dataset_num_proc=None)
         timer = tc.step_timer_callback()
-        trainer = DPOTrainer(model=torch_model, args=config, train_dataset=data, processing_class=tokenizer,
-                             callbacks=[timer])
+        trainer = DPOTrainer(model=baseline_child.load_model(request["model_dir"]), args=config, train_dataset=data,
+                             processing_class=tokenizer, callbacks=[timer])
         trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return timer.times[1:], (losses[0] if losses else float("nan"))
+    return {"step_s": timer.times[1:], "first_loss": losses[0] if losses else float("nan")}

@@ -7,6 +7,8 @@ with clipping at 1.0, TRL's default loss (dapo, beta 0: no reference model), the
 Ours is `trainers.grpo.generation_step` (jitted sampler with one prefill per prompt, host reward thread, jitted
 step); theirs is `GRPOTrainer.train` with transformers generation. Reported: completions per second over the
 median of the measured iterations (after one warm-up iteration each: compilation on our side), and the ratio.
+TRL runs in child processes, under glibc's default malloc settings and under ours (`ratio_same_env`; see
+`baseline_child`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import json
 import statistics
 import tempfile
 import time
+
+from reasoner.benchmarks.train_common import add_baseline_args
 
 PROMPTS = [
     "Prove that the sum of two even numbers is even.",
@@ -31,7 +35,7 @@ def register(subparsers) -> None:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3, help="measured iterations per side (after one warm-up)")
-    parser.add_argument("--skip-baseline", action="store_true")
+    add_baseline_args(parser)
     parser.set_defaults(func=run)
 
 
@@ -81,13 +85,21 @@ def time_ours(model, tokenizer, *, prompts: int, generations: int, new_tokens: i
     return times[1:], phases[1:]
 
 
-def time_trl(baseline_model, tokenizer, *, out_dir: str, prompts: int, generations: int, new_tokens: int,
-             steps: int) -> list[float]:
+def baseline(request: dict) -> dict:
+    """TRL GRPOTrainer with transformers generation on the same prompts and reward; runs in `baseline_child`."""
+    import tempfile
+
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    from reasoner.benchmarks import baseline_child
     from reasoner.benchmarks.train_common import step_timer_callback, trl_common_args
+    from trainers.common import load_tokenizer_for
 
+    import ml_collections
+
+    tokenizer = load_tokenizer_for(ml_collections.ConfigDict(dict(name="smollm2-135m-instruct", tokenizer="")))
+    prompts, generations, steps = request["prompts"], request["generations"], request["steps"]
     rows = [{"prompt": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]} for i in range(prompts)]
     dataset = Dataset.from_list(rows * (steps + 1))
 
@@ -96,42 +108,38 @@ def time_trl(baseline_model, tokenizer, *, out_dir: str, prompts: int, generatio
 
         return distinct_word_share([completion_text(c) for c in completions])
 
-    args = trl_common_args(out_dir, batch=prompts * generations, steps=steps, remat=False)
-    args.update(num_generations=generations, max_completion_length=new_tokens, temperature=1.0, beta=0.0,
-                generation_kwargs={"min_new_tokens": new_tokens}, shuffle_dataset=False)
-    timer = step_timer_callback()
-    trainer = GRPOTrainer(model=baseline_model, reward_funcs=reward, args=GRPOConfig(**args),
-                          train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
-    trainer.train()
-    return timer.times[1:]
+    with tempfile.TemporaryDirectory() as tmp:
+        args = trl_common_args(f"{tmp}/trl", batch=prompts * generations, steps=steps, remat=False)
+        args.update(num_generations=generations, max_completion_length=request["new_tokens"], temperature=1.0,
+                    beta=0.0, generation_kwargs={"min_new_tokens": request["new_tokens"]}, shuffle_dataset=False)
+        timer = step_timer_callback()
+        trainer = GRPOTrainer(model=baseline_child.load_model(request["model_dir"]), reward_funcs=reward,
+                              args=GRPOConfig(**args), train_dataset=dataset, processing_class=tokenizer,
+                              callbacks=[timer])
+        trainer.train()
+    return {"step_s": timer.times[1:]}
 
 
 def run(args) -> int:
     import jax
 
-    from reasoner.benchmarks.train_common import export_baseline_model, load_ours
+    from reasoner.benchmarks import train_common as tc
     from trainers.common import load_tokenizer_for
 
     import ml_collections
 
-    model, _ = load_ours(remat=False)
+    model, _ = tc.load_ours(remat=False)
     tokenizer = load_tokenizer_for(ml_collections.ConfigDict(dict(name="smollm2-135m-instruct", tokenizer="")))
     kw = dict(prompts=args.prompts, generations=args.generations, new_tokens=args.new_tokens, steps=args.steps)
-    base_times = []
-    if not args.skip_baseline:
-        with tempfile.TemporaryDirectory() as tmp:
-            # Export before our trainer donates the parameter buffers.
-            baseline_model = export_baseline_model(model, f"{tmp}/hf")
-            base_times = time_trl(baseline_model, tokenizer, out_dir=f"{tmp}/trl", **kw)
+    with tempfile.TemporaryDirectory() as tmp:
+        # Export before our trainer donates the parameter buffers.
+        request = {"benchmark": "grpo", "model_dir": tc.export_weights(model, f"{tmp}/hf"), **kw}
+        baselines = tc.measure_baselines(args, request)
     ours_times, phases = time_ours(model, tokenizer, **kw)
-    samples = args.prompts * args.generations
-    ours = samples / statistics.median(ours_times)
-    out = {"ours_samples_s": round(ours, 3), "ours_step_s": [round(t, 2) for t in ours_times],
-           "ours_phase_s": {k: round(statistics.median(p[k] for p in phases), 2) for k in phases[0]},
-           "samples_per_step": samples, "new_tokens": args.new_tokens, "device": jax.devices()[0].device_kind}
-    if base_times:
-        base = samples / statistics.median(base_times)
-        out.update(baseline_samples_s=round(base, 3), ratio=round(ours / base, 3),
-                   baseline_step_s=[round(t, 2) for t in base_times])
+    out = tc.summary(ours_times=ours_times, baselines=baselines, units_per_step=args.prompts * args.generations,
+                     unit="samples", extra={
+                         "ours_phase_s": {k: round(statistics.median(p[k] for p in phases), 2) for k in phases[0]},
+                         "samples_per_step": args.prompts * args.generations, "new_tokens": args.new_tokens,
+                         "device": jax.devices()[0].device_kind})
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
     return 0

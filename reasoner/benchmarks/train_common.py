@@ -6,9 +6,9 @@ clipping at 1.0, constant lr), the same batch, sequence length and gradient-chec
 Throughput is trained tokens per second (rows x seq_len per step), the median over measured steps
 after one warm-up step (compilation on our side, allocator warm-up on theirs).
 
-Order: the baseline trains first, then ours, so the baseline never runs in a process where XLA's
-thread pool and buffers are already live (with ours first, TRL's SFT steps measured 5.6-6.5 s in
-three runs against 5.1-5.2 s alone; ours measured the same either way). Five measured steps each.
+The baseline runs in child processes (`baseline_child`): once under glibc's default malloc settings, as TRL users
+run it, and once under this process's own (`reasoner.allocator`'s tuned settings when started by the `reasoner`
+command). `ratio` compares with the first, `ratio_same_env` with the second. Five measured steps each.
 """
 
 from __future__ import annotations
@@ -103,23 +103,57 @@ def trl_common_args(out_dir: str, *, batch: int, steps: int, remat: bool) -> dic
                 optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
                 max_steps=steps + 1, logging_steps=1, save_strategy="no", report_to=[],
                 gradient_checkpointing=remat, bf16=False, fp16=False, use_cpu=True, dataloader_num_workers=0,
-                seed=0, disable_tqdm=True)
+                seed=0, disable_tqdm=True,
+                # in order: every step trains on exactly our batch (the default random sampler draws 4 of the
+                # repeated rows with replacement-like duplicates, so the first losses differed by 0.04)
+                train_sampling_strategy="sequential")
 
 
-def export_baseline_model(model, out_dir: str):
-    """Our weights as an HF directory, loaded by transformers in float32 (it refuses to train GGUF models)."""
-    import torch
-    from transformers import AutoModelForCausalLM
+def add_baseline_args(parser) -> None:
+    parser.add_argument("--baseline-env", choices=("both", "default", "same"), default="both",
+                        help="malloc environment(s) of the baseline's process (see baseline_child)")
+    parser.add_argument("--skip-baseline", action="store_true")
 
+
+def measure_baselines(args, request: dict, arrays: dict | None = None) -> dict[str, dict]:
+    """{environment kind: child result} for the kinds `--baseline-env` asks for ({} with --skip-baseline)."""
+    from reasoner.benchmarks import baseline_child
+
+    if args.skip_baseline:
+        return {}
+    kinds = baseline_child.ENVS if args.baseline_env == "both" else (args.baseline_env,)
+    return {kind: baseline_child.run(request, kind=kind, arrays=arrays) for kind in kinds}
+
+
+def export_weights(model, out_dir: str) -> str:
+    """Our weights as an HF safetensors directory for the baseline's process."""
     from reasoner.models.export import export_hf
 
     export_hf(model, out_dir)
-    return AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32)
+    return out_dir
 
 
-def summary(*, ours_times, base_times, tokens_per_step: int, extra: dict) -> dict:
-    ours = tokens_per_step / statistics.median(ours_times)
-    base = tokens_per_step / statistics.median(base_times)
-    return {"ours_tok_s": round(ours, 2), "baseline_tok_s": round(base, 2), "ratio": round(ours / base, 3),
-            "ours_step_s": [round(t, 3) for t in ours_times], "baseline_step_s": [round(t, 3) for t in base_times],
-            **extra}
+def summary(*, ours_times, baselines: dict[str, dict], units_per_step: int, unit: str, extra: dict) -> dict:
+    """JSON report: ours_{unit}_s, baseline_{unit}_s and ratio (baseline under glibc defaults), the same under our
+    malloc settings with a `_same_env` suffix, step times, first losses and both processes' malloc settings.
+    With only one baseline kind measured, `ratio` refers to that one."""
+    from reasoner import allocator
+
+    ours = units_per_step / statistics.median(ours_times)
+    out = {f"ours_{unit}_s": round(ours, 3)}
+    suffix = {"default": "", "same": "_same_env"}
+    for kind in sorted(baselines, key=lambda k: k != "default"):
+        res = baselines[kind]
+        base = units_per_step / statistics.median(res["step_s"])
+        tag = suffix[kind]
+        out[f"baseline{tag}_{unit}_s"] = round(base, 3)
+        out[f"ratio{tag}"] = round(ours / base, 3)
+        out[f"baseline{tag}_step_s"] = [round(t, 3) for t in res["step_s"]]
+        out[f"baseline{tag}_malloc"] = res["malloc"]
+        if "first_loss" in res:
+            out[f"baseline{tag}_first_loss"] = round(res["first_loss"], 5)
+    if "ratio" not in out and "ratio_same_env" in out:
+        out["ratio"] = out["ratio_same_env"]
+    out["ours_step_s"] = [round(t, 3) for t in ours_times]
+    out["ours_malloc"] = allocator.describe()
+    return {**out, **extra}

@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point. Run as the `reasoner` command (argv None), it first re-executes itself once with the malloc
+    settings of `reasoner.allocator` (XLA:CPU steps fault their temporaries in afresh otherwise); called with an
+    argv list (tests, notebooks) it runs in this process as it is."""
+    if argv is None and sys.argv[1:2] not in (["-h"], ["--help"]):
+        from reasoner.allocator import reexec_tuned
+
+        reexec_tuned(sys.argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -1,4 +1,4 @@
-"""`reasoner info [--mesh fsdp=4,tensor=2] [--model NAME] [--json]`: devices, mesh, versions, model.
+"""`reasoner info [--mesh fsdp=4,tensor=2] [--model NAME] [--json]`: devices, mesh, malloc, versions, model.
 
 Prints the JAX backend and devices, the mesh the spec lays out (default: every device on `fsdp`),
 the versions of the libraries the project stands on, where the embedded model lives (or the exact
@@ -27,6 +27,7 @@ def collect(mesh_spec: str | None = None, model: str | None = None) -> dict:
 
     import jax
 
+    from reasoner import allocator
     from reasoner.models import presets
     from reasoner.sharding import make_mesh
 
@@ -43,6 +44,7 @@ def collect(mesh_spec: str | None = None, model: str | None = None) -> dict:
         "process_count": jax.process_count(),
         "mesh": {k: int(v) for k, v in make_mesh(mesh_spec).shape.items()},
         "versions": versions,
+        "malloc": allocator.describe(),
     }
     try:
         info["embedded_model"] = presets.resolve("smollm2-135m-instruct")
@@ -67,6 +69,7 @@ def _run(args) -> int:
     print(f"backend: {info['backend']} ({info['device_count']} devices, {info['process_count']} processes)")
     print(f"devices: {', '.join(info['devices'])}")
     print(f"mesh: {info['mesh']}")
+    print(f"malloc: {info['malloc']}")
     for name, version in info["versions"].items():
         print(f"  {name}: {version or 'not installed'}")
     print(f"embedded model: {info['embedded_model'] or info['embedded_model_missing']}")
