@@ -134,11 +134,11 @@ def prefill(graphdef, params, tokens_PxT, segment_ids_PxT, lengths_P, keys_B, eo
     return _record(state, *drawn, jnp.ones((B,), bool))
 
 
-def _step(model, head_DxV, spec: DecodeSpec, state: DecodeState) -> DecodeState:
+def _step(model, spec: DecodeSpec, state: DecodeState) -> DecodeState:
     """One decode step for every row (done rows compute too, but change nothing of theirs)."""
     active = ~state.done_B
     index = state.cache.index_B
-    logits_BxV, cache = decode_logits(model, head_DxV, state.pending_B, state.cache)
+    logits_BxV, cache = decode_logits(model, state.pending_B, state.cache)
     new_index = jnp.where(active, index + 1, index)
     state = state.replace(cache=cache.replace(index_B=new_index))
     drawn = choose_tokens(logits_BxV, state.keys_B, new_index, spec=spec, temperature=state.temperature,
@@ -147,9 +147,8 @@ def _step(model, head_DxV, spec: DecodeSpec, state: DecodeState) -> DecodeState:
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "spec"), donate_argnums=(2,))
-def decode_chunk(graphdef, params, state: DecodeState, num_steps, head_DxV, *, spec: DecodeSpec) -> DecodeState:
-    """Runs up to `num_steps` decode steps (a traced int: any chunk size, one compile).
-    `head_DxV`: the vocabulary projection as [D, V] (`fast_decode.lm_head_DxV`)."""
+def decode_chunk(graphdef, params, state: DecodeState, num_steps, *, spec: DecodeSpec) -> DecodeState:
+    """Runs up to `num_steps` decode steps (a traced int: any chunk size, one compile)."""
     model = nnx.merge(graphdef, params)
 
     def cond(carry):
@@ -158,7 +157,7 @@ def decode_chunk(graphdef, params, state: DecodeState, num_steps, head_DxV, *, s
 
     def body(carry):
         step, s = carry
-        return step + 1, _step(model, head_DxV, spec, s)
+        return step + 1, _step(model, spec, s)
 
     _, state = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state))
     return state

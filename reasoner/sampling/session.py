@@ -24,7 +24,6 @@ import numpy as np
 from flax import nnx
 
 from reasoner.sampling import engine
-from reasoner.sampling.fast_decode import lm_head_DxV
 from reasoner.sampling.buckets import bucket_length, right_pad
 from reasoner.sampling.memory import check_fits
 from reasoner.sampling.params import SamplingParams, validate_prompts
@@ -50,27 +49,10 @@ class Sampler:
 
     def __init__(self, model, tokenizer=None, *, mesh=None, memory_limit_bytes: int | None = None):
         self.cfg = model.cfg
-        self.graphdef, self._params = nnx.split(model)
-        self._head = None
+        self.graphdef, self.params = nnx.split(model)
         self.tokenizer = tokenizer
         self.mesh = mesh
         self.memory_limit_bytes = memory_limit_bytes
-
-    @property
-    def params(self):
-        """The model state passed to every jitted call; assign new params after an update."""
-        return self._params
-
-    @params.setter
-    def params(self, state) -> None:
-        self._params, self._head = state, None
-
-    def head_DxV(self):
-        """The vocabulary projection as [D, V], computed once per params."""
-        if self._head is None:
-            graphdef = self.graphdef
-            self._head = jax.jit(lambda st: lm_head_DxV(nnx.merge(graphdef, st)))(self._params)
-        return self._head
 
     def generate(self, prompts, params: SamplingParams, *, max_len: int | None = None,
                  on_text: Callable[[int, str], None] | None = None) -> list[Completion]:
@@ -206,7 +188,7 @@ class Session:
             if all(self.finish[b] for b in rows):
                 break
             self.state = engine.decode_chunk(self.sampler.graphdef, self.sampler.params, self.state, steps,
-                                             self.sampler.head_DxV(), spec=self.spec)
+                                             spec=self.spec)
         return self._collect(rows)
 
     def _stop_rows(self, stopped: Mapping[int, int], tokens_BxN: np.ndarray) -> None:
