@@ -5,8 +5,8 @@ Why: XLA:CPU allocates an executable's temporaries afresh on every call, and gli
 4 KB at a time. Measured on a 2-core machine, one SmolLM2-135M SFT step at 4 x 256 took 550,000 minor page faults
 (2.2 GB) and 4.43 s; with the settings below, 2,200 faults and 3.87 s. The GRPO update of `reasoner bench grpo`
 went from 16.0 to 11.7 s. PyTorch's CPU allocator sits on the same malloc and gains as much or more (TRL's SFT
-step 5.2 -> 4.1 s), which is why the training benchmarks run the baseline in its own process and report it both
-ways (see `reasoner.benchmarks.baseline_child`).
+step 4.47 -> 3.59 s, fresh processes in one benchmark run), which is why the training benchmarks run the baseline
+in its own process and report it both ways (see `reasoner.benchmarks.baseline_child`).
 
 The settings (glibc tunables, read once at process start, hence the re-exec):
   glibc.malloc.arena_max=1        one arena: XLA's worker threads otherwise get per-thread arenas whose heaps cap

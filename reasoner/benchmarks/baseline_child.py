@@ -1,7 +1,8 @@
 """The PyTorch/TRL side of the training benchmarks, run in a child process under a chosen malloc environment.
 
 Why a child process: glibc's malloc settings are fixed when a process starts (`reasoner.allocator`), and they
-move PyTorch's step time as much as ours (TRL's SFT step: 5.2 s with glibc defaults, 4.1 s tuned, same machine).
+move PyTorch's step time as much as ours (TRL's SFT step in fresh processes of one run: 4.47 s under glibc
+defaults, 3.59 s tuned).
 So each benchmark measures the baseline twice, in fresh processes: as TRL users run it (glibc defaults: `default`)
 and under the same settings as our side (`same`), and reports both ratios. A fresh process also keeps TRL's steps
 away from XLA's live thread pool and buffers (in one process they measured 10-25% slower after our steps ran).
