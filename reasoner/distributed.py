@@ -6,18 +6,28 @@ touches a device. It decides from the environment:
 - `REASONER_COORDINATOR` (host:port), `REASONER_NUM_PROCESSES`, `REASONER_PROCESS_ID`
   set explicitly (what `launch/local_processes.py` and hand-written launchers do): join
   that cluster.
-- On a TPU pod slice, or under SLURM with more than one task, JAX's own cluster
-  detection finds the coordinator; `launch/tpu_pod.sh` and `launch/slurm.sbatch` rely on it.
+- `REASONER_DISTRIBUTED=auto` (set by `launch/tpu_pod.sh` and `launch/slurm.sbatch`), inside a
+  multi-task SLURM step (`SLURM_STEP_NUM_TASKS` > 1, i.e. under `srun`), or on a TPU slice whose
+  `TPU_WORKER_HOSTNAMES` lists several workers: `jax.distributed.initialize()` with no arguments,
+  so JAX's own cluster detection (SLURM variables, TPU metadata) finds the coordinator.
+  `REASONER_DISTRIBUTED=off` forces a single process.
 - Otherwise: a single process, nothing to do.
 
 On CPU the cross-process collectives use gloo (XLA's CPU default has none), which is
 what lets the tests run a sharded step over two local processes.
+
+`reasoner.cli.main` calls `maybe_initialize()` for every sub-command, after the allocator re-exec
+and before the handler runs (JAX has touched no device yet). When the job has more than one
+process, each one says `[process i/n]` on stderr at start. Code that writes files meant once
+per job (reports, exports, metrics, plots) asks `is_primary()` (process 0); orbax checkpoints are
+the exception: every process takes part in writing them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +68,21 @@ def cluster_from_env(env: dict[str, str] | None = None) -> ClusterSpec | None:
 
 
 def _auto_detectable(env) -> bool:
-    """True on a TPU VM pod slice or in a multi-task SLURM step, where JAX finds the cluster itself."""
-    if int(env.get("SLURM_NTASKS", "1") or 1) > 1:
-        return True
+    """True where JAX finds the cluster itself: asked for, a multi-task SLURM step, a multi-worker TPU slice.
+
+    `SLURM_NTASKS` alone is not enough: it is also set in the batch script outside `srun`, where
+    joining would wait forever for peers that never start.
+    """
+    mode = env.get("REASONER_DISTRIBUTED", "")
+    if mode not in ("", "auto", "off"):
+        raise ValueError(f"REASONER_DISTRIBUTED={mode!r}: expected 'auto' or 'off'")
+    if mode:
+        return mode == "auto"
+    try:
+        if int(env.get("SLURM_STEP_NUM_TASKS", "1") or 1) > 1:
+            return True
+    except ValueError:
+        raise ValueError(f"SLURM_STEP_NUM_TASKS={env['SLURM_STEP_NUM_TASKS']!r}: expected an integer") from None
     return bool(env.get("TPU_WORKER_HOSTNAMES", "").count(","))
 
 
@@ -68,14 +90,20 @@ _initialized = False
 
 
 def maybe_initialize() -> ClusterSpec:
-    """Joins the multi-process job if there is one; idempotent. Returns this process's place."""
-    global _initialized
-    import jax
+    """Joins the multi-process job if there is one; idempotent. Returns this process's place.
 
+    JAX is imported only when there is a cluster to join (or already joined), so a single-process
+    command that never touches a device (e.g. `reasoner data ...`) does not pay for it.
+    """
+    global _initialized
     spec = cluster_from_env()
     if _initialized:
+        import jax
+
         return spec or ClusterSpec(None, jax.process_count(), jax.process_index())
     if spec is not None and spec.is_multi_process:
+        import jax
+
         if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(
@@ -84,9 +112,42 @@ def maybe_initialize() -> ClusterSpec:
             process_id=spec.process_id,
         )
         _initialized = True
+        _announce(spec)
         return spec
-    if spec is None and _auto_detectable(os.environ):
+    if spec is None and _auto_detectable(os.environ):  # REASONER_* explicit always wins
+        import jax
+
         jax.distributed.initialize()
         _initialized = True
-        return ClusterSpec(None, jax.process_count(), jax.process_index())
+        spec = ClusterSpec(None, jax.process_count(), jax.process_index())
+        _announce(spec)
+        return spec
     return spec or ClusterSpec(None, 1, 0)
+
+
+def _announce(spec: ClusterSpec) -> None:
+    """One line on stderr naming this process's place, so interleaved logs of a job can be told apart."""
+    if spec.is_multi_process:
+        print(f"[process {spec.process_id}/{spec.num_processes}] joined"
+              + (f" {spec.coordinator_address}" if spec.coordinator_address else ""), file=sys.stderr, flush=True)
+
+
+def process_index() -> int:
+    """This process's index in the job (0 when single-process).
+
+    Never initializes a JAX backend itself (that would make a later `jax.distributed.initialize` fail):
+    before the job is joined it answers from the `REASONER_*` variables.
+    """
+    jax = sys.modules.get("jax")
+    if _initialized or (jax is not None and jax.distributed.is_initialized()):
+        return jax.process_index()
+    spec = cluster_from_env()
+    return spec.process_id if spec is not None else 0
+
+
+def is_primary() -> bool:
+    """True on process 0: the one process that writes reports, exports, metrics files and plots.
+
+    Checkpoints are not guarded by this: orbax writes them collectively from every process.
+    """
+    return process_index() == 0

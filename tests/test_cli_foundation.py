@@ -19,11 +19,14 @@ def test_info_json_reports_devices_mesh_and_versions(capsys):
     assert info["versions"]["jax"] and info["versions"]["flax"].startswith("0.12")
 
 
-def test_info_bad_mesh_is_an_error():
+def test_info_bad_mesh_is_an_error(capsys):
     from reasoner.sharding import MeshError
 
-    with pytest.raises(MeshError, match="needs 6 devices but 8"):
-        main(["info", "--mesh", "fsdp=3,tensor=2"])
+    assert main(["info", "--mesh", "fsdp=3,tensor=2"]) == 1  # one line on stderr, no traceback
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("reasoner info: error: mesh") and "needs 6 devices but 8" in err
+    with pytest.raises(MeshError, match="needs 6 devices but 8"):  # --traceback lets the exception through
+        main(["info", "--mesh", "fsdp=3,tensor=2", "--traceback"])
 
 
 @pytest.fixture(scope="module")

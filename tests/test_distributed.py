@@ -84,3 +84,78 @@ def test_cluster_from_env():
 def test_bad_cluster_env(env, match):
     with pytest.raises(ValueError, match=match):
         distributed.cluster_from_env(env)
+
+
+def _launch(command: list[str], *, processes: int = 2, devices: int = 4, timeout: int = 120):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REASONER_")}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "launch" / "local_processes.py"), "--processes", str(processes),
+         "--devices-per-process", str(devices), "--timeout", str(timeout), "--", *command],
+        env=env, capture_output=True, text=True, timeout=timeout + 60, cwd=ROOT)
+
+
+def test_every_reasoner_command_joins_the_cluster():
+    """`reasoner info --json` under the launcher: both processes see one job of 2 processes x 4 devices."""
+    import json
+
+    proc = _launch([str(ROOT / ".venv" / "bin" / "reasoner"), "info", "--json"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    infos = {}
+    for line in proc.stdout.splitlines():
+        tag, _, rest = line.partition(" ")
+        if rest.startswith("{"):
+            infos[int(tag.strip("[]"))] = json.loads(rest)
+    assert sorted(infos) == [0, 1]
+    for pid, info in infos.items():
+        assert (info["process_count"], info["device_count"], info["local_device_count"]) == (2, 8, 4)
+        assert info["process_index"] == pid
+        assert info["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
+    # each process names its place once on stderr (the launcher merges it into stdout with a [pid] tag)
+    joined = sorted(line for line in proc.stdout.splitlines() if " joined " in line)
+    assert [line.split(" joined")[0] for line in joined] == ["[0] [process 0/2]", "[1] [process 1/2]"]
+
+
+def test_is_primary_before_joining_reads_the_launch_environment(monkeypatch):
+    monkeypatch.setattr(distributed, "_initialized", False)
+    monkeypatch.setenv("REASONER_COORDINATOR", "127.0.0.1:1")
+    monkeypatch.setenv("REASONER_NUM_PROCESSES", "2")
+    monkeypatch.setenv("REASONER_PROCESS_ID", "1")
+    assert distributed.process_index() == 1 and not distributed.is_primary()
+    monkeypatch.setenv("REASONER_PROCESS_ID", "0")
+    assert distributed.is_primary()
+    for key in ("REASONER_COORDINATOR", "REASONER_NUM_PROCESSES", "REASONER_PROCESS_ID"):
+        monkeypatch.delenv(key)
+    assert distributed.is_primary()
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, False),
+    ({"SLURM_NTASKS": "4"}, False),  # the batch script itself, outside srun: joining would wait forever
+    ({"SLURM_STEP_NUM_TASKS": "4"}, True),  # inside the launcher's srun step
+    ({"SLURM_STEP_NUM_TASKS": "1"}, False),
+    ({"TPU_WORKER_HOSTNAMES": "w0,w1"}, True),
+    ({"TPU_WORKER_HOSTNAMES": "w0"}, False),
+    ({"REASONER_DISTRIBUTED": "auto"}, True),
+    ({"REASONER_DISTRIBUTED": "off", "SLURM_STEP_NUM_TASKS": "4"}, False),
+])
+def test_auto_detected_clusters(env, expected):
+    assert distributed._auto_detectable(env) is expected
+
+
+def test_bad_distributed_mode_is_named():
+    with pytest.raises(ValueError, match="REASONER_DISTRIBUTED='yes'"):
+        distributed._auto_detectable({"REASONER_DISTRIBUTED": "yes"})
+
+
+@pytest.mark.parametrize("script", ["single_host.sh", "slurm.sbatch", "tpu_pod.sh"])
+def test_launch_scripts_parse_and_start_one_job(script):
+    """Syntax check, and each script starts the `reasoner` command exactly once (one srun / one ssh to all workers)."""
+    path = ROOT / "launch" / script
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+    body = [l for l in path.read_text().splitlines() if not l.lstrip().startswith("#")]
+    text = "\n".join(body)
+    assert text.count(".venv/bin/reasoner") == 1
+    if script == "slurm.sbatch":
+        assert text.count("srun ") == 1 and "--ntasks-per-node=1" in text
+    if script == "tpu_pod.sh":
+        assert "--worker=all" in text and "REASONER_DISTRIBUTED=auto" in text

@@ -4,13 +4,21 @@ Each sub-command lives in its own module of this package and exposes
 `register(subparsers)`; modules import only the standard library at the top and
 load JAX, transformers or Z3 inside their handlers, so `reasoner --help` is fast.
 A handler is stored as `func` on the parsed arguments and returns an exit code.
+
+`main` joins the multi-process job (`reasoner.distributed.maybe_initialize`) before any handler
+runs, so every command run under `launch/` is one job across its processes. An error escaping a
+handler is printed as one line naming the command (`reasoner train: error: ...`) and exits 1;
+`--traceback` (anywhere on the line) or `REASONER_TRACEBACK=1` shows the full traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+TRACEBACK_FLAG = "--traceback"
 
 # Order is the order shown by `reasoner --help`.
 COMMAND_MODULES = (
@@ -46,21 +54,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_traceback_flag(argv: list[str]) -> tuple[list[str], bool]:
+    """(argv without `--traceback`, whether it was given); arguments after a bare `--` are left alone."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    head = [a for a in argv[:cut] if a != TRACEBACK_FLAG]
+    return head + argv[cut:], len(head) != cut
+
+
+def one_line_error(err: BaseException) -> str:
+    """`err` as one line: its message (first line), prefixed by its type unless the message is self-describing."""
+    text = " ".join(str(err).split()) or repr(err)
+    from_us = type(err).__module__.startswith(("reasoner", "trainers", "search", "configs"))
+    return text if from_us or isinstance(err, (ValueError, FileNotFoundError)) else f"{type(err).__name__}: {text}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Run as the `reasoner` command (argv None), it first re-executes itself once with the malloc
     settings of `reasoner.allocator` (XLA:CPU steps fault their temporaries in afresh otherwise); called with an
-    argv list (tests, notebooks) it runs in this process as it is."""
+    argv list (tests, notebooks) it runs in this process as it is. Then it joins the job's cluster (a no-op for a
+    single process) and runs the command."""
     if argv is None and sys.argv[1:2] not in (["-h"], ["--help"]):
         from reasoner.allocator import reexec_tuned
 
         reexec_tuned(sys.argv[1:])
+    argv, show_traceback = _split_traceback_flag(list(sys.argv[1:] if argv is None else argv))
+    show_traceback = show_traceback or os.environ.get("REASONER_TRACEBACK", "") not in ("", "0")
     parser = build_parser()
+    parser.add_argument(TRACEBACK_FLAG, action="store_true", help="show the full traceback of an error")
     args = parser.parse_args(argv)
     try:
+        from reasoner.distributed import maybe_initialize
+
+        maybe_initialize()  # before the handler: JAX must not have touched a device yet
         code = args.func(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # noqa: BLE001 - the command line reports, the traceback is opt-in
+        if show_traceback:
+            raise
+        print(f"reasoner {args.command}: error: {one_line_error(err)} (rerun with {TRACEBACK_FLAG} for the "
+              f"traceback)", file=sys.stderr)
+        return 1
     return int(code or 0)
 
 

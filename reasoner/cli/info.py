@@ -42,6 +42,8 @@ def collect(mesh_spec: str | None = None, model: str | None = None) -> dict:
         "devices": [str(d) for d in jax.devices()],
         "device_count": jax.device_count(),
         "process_count": jax.process_count(),
+        "process_index": jax.process_index(),
+        "local_device_count": jax.local_device_count(),
         "mesh": {k: int(v) for k, v in make_mesh(mesh_spec).shape.items()},
         "versions": versions,
         "malloc": allocator.describe(),
