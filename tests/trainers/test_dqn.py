@@ -1,0 +1,126 @@
+"""Double-Dueling DQN on a synthetic MDP with a known optimal Q; exact resume; bad environments."""
+
+import numpy as np
+import pytest
+
+from configs.rlot import get_config
+from trainers.dqn import train_dqn
+
+GAMMA = 0.9
+X, T = 3, 3  # positions x 0..2, depths t 0..2: 9 states; depth T-1 is the last decision (like RLoT's limit)
+MOVES = (lambda x: min(x + 1, 2), lambda x: max(x - 1, 0), lambda x: x, lambda x: 2)  # actions 0..3
+R_MOVE = np.array([[-0.1, 0.1, 0.6], [0.6, 0.0, 0.4], [-0.1, 0.3, 0.2], [0.2, 0.5, 0.1]])  # [action, x]
+R_TERM = np.array([0.6, 0.6, 0.2])  # action 4 (terminate) or any action at the last depth ends with R_TERM[x]
+
+
+def _transition(x: int, t: int, a: int):
+    """(reward, next (x, t) or None when the episode ends)."""
+    if a == 4:
+        return R_TERM[x], None
+    x2 = MOVES[a](x)
+    if t == T - 1:
+        return R_MOVE[a, x] + R_TERM[x2], None
+    return R_MOVE[a, x], (x2, t + 1)
+
+
+def _obs(x, t) -> np.ndarray:
+    """7 'scores' in 0..3, distinct for each state."""
+    return np.array([x, t, 3 - x, 3 - t, (x + 2 * t) % 4, 1, 2], np.float32)
+
+
+class GridMDP:
+    """Batched MDP of the DQN protocol; every episode starts at a random position at depth 0."""
+
+    num_actions = 5
+
+    def reset(self, rng, n):
+        import jax
+
+        self.x = np.array(jax.random.randint(jax.random.wrap_key_data(rng), (n,), 0, X))
+        self.t = np.zeros(n, np.int64)
+        self.done = np.zeros(n, bool)
+        return np.stack([_obs(x, t) for x, t in zip(self.x, self.t)])
+
+    def step(self, actions):
+        reward = np.zeros(len(actions), np.float32)
+        for i, a in enumerate(np.asarray(actions)):
+            if self.done[i]:
+                continue  # a done row stays done: action ignored, reward 0
+            r, nxt = _transition(int(self.x[i]), int(self.t[i]), int(a))
+            reward[i] = r
+            if nxt is None:
+                self.done[i] = True
+            else:
+                self.x[i], self.t[i] = nxt
+        obs = np.stack([_obs(x, t) for x, t in zip(self.x, self.t)])
+        return obs, reward, self.done.copy()
+
+
+def optimal_q() -> np.ndarray:
+    """Q*[t, x, a] by backward induction (the MDP is a DAG in t)."""
+    q = np.zeros((T, X, 5))
+    for t in reversed(range(T)):
+        for x in range(X):
+            for a in range(5):
+                r, nxt = _transition(x, t, a)
+                q[t, x, a] = r + (0.0 if nxt is None else GAMMA * q[nxt[1], nxt[0]].max())
+    return q
+
+
+def test_tiny_config_converges_to_optimal_q_and_policy():
+    q_star = optimal_q()
+    top2 = np.sort(q_star, -1)[..., -2:]
+    # the optimal action wins by more than 2 x 5% everywhere, so Q within 5% implies the optimal greedy action
+    assert ((top2[..., 1] - top2[..., 0]) / top2[..., 1]).min() > 0.1
+    result = train_dqn(GridMDP(), get_config("tiny"))
+    obs = np.stack([_obs(x, t) for t in range(T) for x in range(X)])
+    q = result.q_values(obs).reshape(T, X, 5)
+    np.testing.assert_array_equal(result.act(obs).reshape(T, X), q_star.argmax(-1))
+    rel = np.abs(q - q_star) / np.abs(q_star)
+    assert rel.max() <= 0.05, f"worst relative Q error {rel.max():.3f} at {np.unravel_index(rel.argmax(), rel.shape)}"
+    assert result.num_params == 2566
+
+
+def _small_config():
+    c = get_config("tiny")
+    c.dqn.update(dict(num_episodes=96, buffer_size=64, batch_size=16, checkpoint_every=2, target_sync_every=7,
+                      lr_decay_every=40))  # lr decays and the target syncs inside both halves
+    return c
+
+
+def test_resume_is_exact(tmp_path):
+    import jax
+
+    whole = train_dqn(GridMDP(), _small_config())
+    part = train_dqn(GridMDP(), _small_config(), workdir=tmp_path, stop_after_episodes=48)
+    assert int(part.state.episodes) == 48 and part.resumed_from is None
+    resumed = train_dqn(GridMDP(), _small_config(), workdir=tmp_path)
+    assert resumed.resumed_from == 48 // 8
+    assert int(resumed.state.updates) == int(whole.state.updates) > 0
+    for a, b in zip(jax.tree.leaves(whole.state), jax.tree.leaves(resumed.state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in whole.history]
+
+
+class NeverEnds(GridMDP):
+    def step(self, actions):
+        obs, reward, _ = super().step(np.full(len(actions), 2))
+        self.t[:] = 0
+        return obs, reward, np.zeros(len(actions), bool)
+
+
+class BadShape(GridMDP):
+    def reset(self, rng, n):
+        return super().reset(rng, n)[:, :3][None]
+
+
+def test_bad_environments_get_clear_errors():
+    c = _small_config()
+    c.dqn.max_episode_steps = 10
+    with pytest.raises(RuntimeError, match="still running after max_steps=10"):
+        train_dqn(NeverEnds(), c)
+    with pytest.raises(ValueError, match=r"expected float32\[8, obs_dim\]"):
+        train_dqn(BadShape(), c)
+    c.dqn.num_episodes = 10
+    with pytest.raises(ValueError, match="multiple of"):
+        train_dqn(GridMDP(), c)

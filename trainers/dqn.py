@@ -1,0 +1,413 @@
+"""Double-Dueling DQN for any batched environment of the protocol
+
+    reset(rng, n)   -> obs float32[n, 7]
+    step(actions)   -> (obs float32[n, 7], reward float32[n], done bool[n])
+
+(a row that is done stays done: its later actions are ignored and it returns reward 0 until the next reset).
+The environment owns its rules (RL-of-Thoughts: Refine never first, Terminate only after an answer, the
+depth limit); this file knows nothing about LLMs.
+
+Sections: config -> state (one pytree: online/target params, Adam state, replay buffer, epsilon, counters,
+rng) -> jitted pieces (`act`, `observe_and_learn`) -> the episode source (checkpointable) -> `train_dqn`
+(resume / checkpoints / metrics) -> `DQNResult`.
+
+The algorithm (Mnih et al. 2015 + van Hasselt's Double DQN + Wang's dueling head, as in the RLoT code):
+  * epsilon-greedy on the online net; epsilon *= decay at every environment transition, floored;
+  * transitions (s, a, r, done, s') go to a circular buffer of `buffer_size`; learning starts once it is full;
+  * one update per stored transition: a uniform batch without replacement, a' = argmax_a Q_online(s', a),
+    y = r + gamma * (1 - done) * Q_target(s', a'), loss = mean (Q_online(s, a) - y)^2, Adam;
+  * the target net is a hard copy of the online net every `target_sync_every` updates;
+  * lr = lr0 * lr_decay ** (episodes // lr_decay_every) (torch's StepLR advanced once per episode).
+Batched episodes (choice, the paper runs one at a time): `episodes_per_batch` episodes run together; after each
+batched step the k new transitions are stored in row order and k updates follow (so per transition the
+schedule is the paper's; with one row it is the paper's loop exactly). The rng is split once per batch of
+episodes and once per step, and checkpoints are taken between batches, so resume is exact: a run stopped and
+resumed ends with bit-identical parameters to an uninterrupted one.
+
+Checkpoints: `reasoner.checkpoint.RunCheckpoints` directly (orbax; trainers/run.py's `run_loop` is for token
+batches and does not exist for episode sources yet). The whole `DQNState` is the checkpointed item, the
+episode source's `get_state()` the data item.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+from typing import Any, Callable, Protocol
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx, struct
+
+from reasoner.agents.rlot.navigator import Navigator, num_params
+
+TRAINER = "dqn"
+
+
+class Environment(Protocol):
+    num_actions: int
+
+    def reset(self, rng, n: int) -> np.ndarray: ...
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+# ----------------------------------------------------------------------------------------------- state
+
+
+@struct.dataclass
+class DQNState:
+    """Everything that changes during training (a pytree of arrays; checkpointed whole).
+
+    online / target: navigator params (nnx.State). opt_state: Adam moments of `online`.
+    buf_obs_Cx7, buf_action_C, buf_reward_C, buf_done_C, buf_next_Cx7: the circular replay buffer of C slots;
+    buf_ptr: next write slot; buf_size: filled slots (<= C).
+    epsilon: exploration rate now. env_steps / updates / episodes: transitions stored, updates made,
+    episodes finished (int32 scalars). rng: raw key data uint32[2].
+    """
+
+    online: Any
+    target: Any
+    opt_state: Any
+    buf_obs_Cx7: jax.Array
+    buf_action_C: jax.Array
+    buf_reward_C: jax.Array
+    buf_done_C: jax.Array
+    buf_next_Cx7: jax.Array
+    buf_ptr: jax.Array
+    buf_size: jax.Array
+    epsilon: jax.Array
+    env_steps: jax.Array
+    updates: jax.Array
+    episodes: jax.Array
+    rng: jax.Array
+
+
+def _adam(cfg) -> optax.GradientTransformation:
+    """Adam's direction only; the (episode-scheduled) lr is applied in the update."""
+    return optax.scale_by_adam(b1=float(cfg.adam_b1), b2=float(cfg.adam_b2), eps=float(cfg.adam_eps))
+
+
+def init_state(cfg, *, obs_dim: int, num_actions: int) -> tuple[Any, DQNState]:
+    """(graphdef, state) for a fresh run; params from `Navigator` seeded with `cfg.seed`."""
+    net = Navigator(rngs=nnx.Rngs(int(cfg.seed)), num_inputs=obs_dim, num_actions=num_actions)
+    graphdef, params = nnx.split(net)
+    C = int(cfg.buffer_size)
+    f32 = jnp.float32
+    state = DQNState(
+        online=params, target=jax.tree.map(jnp.copy, params), opt_state=_adam(cfg).init(params),
+        buf_obs_Cx7=jnp.zeros((C, obs_dim), f32), buf_action_C=jnp.zeros((C,), jnp.int32),
+        buf_reward_C=jnp.zeros((C,), f32), buf_done_C=jnp.zeros((C,), f32),
+        buf_next_Cx7=jnp.zeros((C, obs_dim), f32), buf_ptr=jnp.zeros((), jnp.int32),
+        buf_size=jnp.zeros((), jnp.int32), epsilon=jnp.asarray(float(cfg.epsilon_start), f32),
+        env_steps=jnp.zeros((), jnp.int32), updates=jnp.zeros((), jnp.int32), episodes=jnp.zeros((), jnp.int32),
+        rng=jax.random.key_data(jax.random.key(int(cfg.seed))),
+    )
+    return graphdef, state
+
+
+# ------------------------------------------------------------------------------------------ jitted parts
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyper:
+    """The static numbers of the update (hashable, so the jits specialise on them)."""
+
+    batch_size: int
+    gamma: float
+    lr: float
+    lr_decay: float
+    lr_decay_every: int
+    epsilon_decay: float
+    epsilon_floor: float
+    target_sync_every: int
+    adam_b1: float
+    adam_b2: float
+    adam_eps: float
+
+    @classmethod
+    def from_config(cls, cfg) -> "Hyper":
+        return cls(batch_size=int(cfg.batch_size), gamma=float(cfg.gamma), lr=float(cfg.lr),
+                   lr_decay=float(cfg.lr_decay), lr_decay_every=int(cfg.lr_decay_every),
+                   epsilon_decay=float(cfg.epsilon_decay), epsilon_floor=float(cfg.epsilon_floor),
+                   target_sync_every=int(cfg.target_sync_every), adam_b1=float(cfg.adam_b1),
+                   adam_b2=float(cfg.adam_b2), adam_eps=float(cfg.adam_eps))
+
+
+def q_values(graphdef, params, obs_NxS) -> jax.Array:
+    return nnx.merge(graphdef, params)(obs_NxS)
+
+
+@jax.jit
+def _split(rng):
+    key = jax.random.wrap_key_data(rng)
+    a, b = jax.random.split(key)
+    return jax.random.key_data(a), jax.random.key_data(b)
+
+
+@jax.jit
+def begin_batch(state: DQNState) -> tuple[DQNState, jax.Array]:
+    """Splits off the key for the environment's reset of this batch of episodes."""
+    keep, reset_key = _split(state.rng)
+    return state.replace(rng=keep), reset_key
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def act(graphdef, state: DQNState, obs_NxS) -> tuple[DQNState, jax.Array]:
+    """Epsilon-greedy actions int32[N] from the online net (epsilon decays where transitions are stored)."""
+    keep, key = _split(state.rng)
+    k_explore, k_random = jax.random.split(jax.random.wrap_key_data(key))
+    n = obs_NxS.shape[0]
+    q = q_values(graphdef, state.online, obs_NxS)
+    num_actions = q.shape[-1]
+    greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
+    explore = jax.random.uniform(k_explore, (n,)) < state.epsilon
+    random_a = jax.random.randint(k_random, (n,), 0, num_actions, jnp.int32)
+    return state.replace(rng=keep), jnp.where(explore, random_a, greedy)
+
+
+def _td_loss(online, target, graphdef, gamma, obs, action, reward, done, nxt):
+    """Double-DQN squared TD error: online picks a', target values it."""
+    q = q_values(graphdef, online, obs)
+    q_sa = jnp.take_along_axis(q, action[:, None], axis=1)[:, 0]
+    a_next = jnp.argmax(q_values(graphdef, online, nxt), axis=-1)
+    q_next = jnp.take_along_axis(q_values(graphdef, target, nxt), a_next[:, None], axis=1)[:, 0]
+    y = jax.lax.stop_gradient(reward + gamma * (1.0 - done) * q_next)
+    return jnp.mean(jnp.square(q_sa - y))
+
+
+def _one_update(graphdef, hp: Hyper, state: DQNState) -> tuple[DQNState, jax.Array]:
+    keep, key = _split(state.rng)
+    C = state.buf_action_C.shape[0]
+    idx = jax.random.choice(jax.random.wrap_key_data(key), C, (hp.batch_size,), replace=False)
+    loss, grads = jax.value_and_grad(_td_loss)(
+        state.online, state.target, graphdef, hp.gamma, state.buf_obs_Cx7[idx], state.buf_action_C[idx],
+        state.buf_reward_C[idx], state.buf_done_C[idx], state.buf_next_Cx7[idx])
+    direction, opt_state = optax.scale_by_adam(b1=hp.adam_b1, b2=hp.adam_b2, eps=hp.adam_eps).update(
+        grads, state.opt_state)
+    lr = hp.lr * hp.lr_decay ** (state.episodes // hp.lr_decay_every).astype(jnp.float32)
+    online = jax.tree.map(lambda p, d: p - lr * d, state.online, direction)
+    updates = state.updates + 1
+    sync = (updates % hp.target_sync_every) == 0
+    target = jax.tree.map(lambda t, o: jnp.where(sync, o, t), state.target, online)
+    return state.replace(online=online, target=target, opt_state=opt_state, updates=updates, rng=keep), loss
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "hp"), donate_argnums=(1,))
+def observe_and_learn(graphdef, state: DQNState, obs_NxS, action_N, reward_N, done_N, next_NxS, active_N, *,
+                      hp: Hyper) -> tuple[DQNState, dict]:
+    """Stores the active rows' transitions (in row order) and, once the buffer is full, makes one update per
+    stored transition (a `fori_loop`: one compile whatever the count). Returns (state, metrics)."""
+    C = state.buf_action_C.shape[0]
+    active = active_N.astype(jnp.int32)
+    k = jnp.sum(active)
+    slot = jnp.where(active_N, (state.buf_ptr + jnp.cumsum(active) - 1) % C, C)  # C = dropped
+    put = lambda buf, x: buf.at[slot].set(x.astype(buf.dtype), mode="drop")  # noqa: E731
+    state = state.replace(
+        buf_obs_Cx7=put(state.buf_obs_Cx7, obs_NxS), buf_action_C=put(state.buf_action_C, action_N),
+        buf_reward_C=put(state.buf_reward_C, reward_N), buf_done_C=put(state.buf_done_C, done_N),
+        buf_next_Cx7=put(state.buf_next_Cx7, next_NxS), buf_ptr=(state.buf_ptr + k) % C,
+        buf_size=jnp.minimum(state.buf_size + k, C), env_steps=state.env_steps + k,
+        epsilon=jnp.maximum(state.epsilon * hp.epsilon_decay ** k.astype(jnp.float32), hp.epsilon_floor),
+    )
+    n_updates = jnp.where(state.buf_size >= C, k, 0)
+
+    def body(_, carry):
+        s, total = carry
+        s, loss = _one_update(graphdef, hp, s)
+        return s, total + loss
+
+    state, total = jax.lax.fori_loop(0, n_updates, body, (state, jnp.zeros((), jnp.float32)))
+    return state, {"loss": total / jnp.maximum(n_updates, 1).astype(jnp.float32), "updates": n_updates}
+
+
+@jax.jit
+def end_batch(state: DQNState, finished) -> DQNState:
+    return state.replace(episodes=state.episodes + finished)
+
+
+# ------------------------------------------------------------------------------------------ episode source
+
+
+@dataclasses.dataclass
+class BatchStats:
+    """One batch of episodes: return, length and action sequence of each episode (for curves and Table 5)."""
+
+    returns: list[float]
+    lengths: list[int]
+    actions: list[list[int]]
+    loss: float
+    updates: int
+
+
+class EpisodeSource:
+    """Runs batches of `n` episodes of `env` with epsilon-greedy actions, feeding `observe_and_learn`.
+
+    Checkpointable: `get_state()` / `set_state()` hold the batches run and the environment's own state
+    (when the environment has `get_state`/`set_state`, e.g. a problem sampler's position).
+    `max_steps` caps an episode (an environment that never ends is an error, not a hang).
+    """
+
+    def __init__(self, env, *, n: int, max_steps: int):
+        self.env, self.n, self.max_steps = env, int(n), int(max_steps)
+        self.batches = 0
+
+    def get_state(self) -> dict:
+        env_state = self.env.get_state() if hasattr(self.env, "get_state") else None
+        return {"batches": self.batches, "env": env_state}
+
+    def set_state(self, data: dict) -> None:
+        self.batches = int(data["batches"])
+        if data.get("env") is not None and hasattr(self.env, "set_state"):
+            self.env.set_state(data["env"])
+
+    def run_batch(self, graphdef, state: DQNState, hp: Hyper) -> tuple[DQNState, BatchStats]:
+        state, reset_key = begin_batch(state)
+        obs = _check_obs(self.env.reset(reset_key, self.n), self.n, "reset")
+        done = np.zeros((self.n,), bool)
+        returns = np.zeros((self.n,), np.float64)
+        lengths = np.zeros((self.n,), np.int64)
+        actions: list[list[int]] = [[] for _ in range(self.n)]
+        loss_sum, updates = 0.0, 0
+        for _ in range(self.max_steps):
+            if done.all():
+                break
+            state, action = act(graphdef, state, jnp.asarray(obs))
+            action = np.asarray(action)
+            nxt, reward, new_done = self.env.step(action)
+            nxt = _check_obs(nxt, self.n, "step")
+            reward, new_done = np.asarray(reward, np.float32), np.asarray(new_done, bool)
+            active = ~done
+            state, m = observe_and_learn(graphdef, state, jnp.asarray(obs), jnp.asarray(action), jnp.asarray(reward),
+                                         jnp.asarray(new_done, jnp.float32), jnp.asarray(nxt), jnp.asarray(active),
+                                         hp=hp)
+            k = int(m["updates"])
+            loss_sum += float(m["loss"]) * k
+            updates += k
+            for i in np.flatnonzero(active):
+                actions[i].append(int(action[i]))
+            returns += np.where(active, reward, 0.0)
+            lengths += active
+            done = done | new_done
+            obs = nxt
+        if not done.all():
+            raise RuntimeError(f"environment {type(self.env).__name__}: {int((~done).sum())} of {self.n} episodes "
+                               f"still running after max_steps={self.max_steps}; expected every episode to end")
+        state = end_batch(state, self.n)
+        self.batches += 1
+        return state, BatchStats(returns=returns.tolist(), lengths=lengths.tolist(), actions=actions,
+                                 loss=loss_sum / max(updates, 1), updates=updates)
+
+
+def _check_obs(obs, n: int, where: str) -> np.ndarray:
+    obs = np.asarray(obs, np.float32)
+    if obs.ndim != 2 or obs.shape[0] != n:
+        raise ValueError(f"environment {where}: observations of shape {obs.shape}; expected float32[{n}, obs_dim]")
+    return obs
+
+
+# ---------------------------------------------------------------------------------------------- train_dqn
+
+
+@dataclasses.dataclass
+class DQNResult:
+    """A trained navigator: greedy `act`, `q_values`, the final `state` and the per-batch `history`."""
+
+    graphdef: Any
+    state: DQNState
+    history: list[dict]
+    resumed_from: int | None
+
+    def q_values(self, obs_NxS) -> np.ndarray:
+        """float32[n, num_actions] from the online network."""
+        return np.asarray(_q_jit(self.graphdef, self.state.online, jnp.asarray(obs_NxS, jnp.float32)))
+
+    def act(self, obs_NxS) -> np.ndarray:
+        """Greedy actions int32[n]."""
+        return np.argmax(self.q_values(obs_NxS), axis=-1).astype(np.int32)
+
+    @property
+    def num_params(self) -> int:
+        return num_params(nnx.merge(self.graphdef, self.state.online))
+
+    def navigator(self) -> Navigator:
+        return nnx.merge(self.graphdef, self.state.online)
+
+
+_q_jit = jax.jit(q_values, static_argnames=("graphdef",))
+
+
+def _section(config) -> ml_collections.ConfigDict:
+    return config.dqn if "dqn" in config else config
+
+
+def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = None,
+              on_batch: Callable[[int, BatchStats, dict], None] | None = None) -> DQNResult:
+    """Trains (or resumes, when `workdir/checkpoints` holds a run) a navigator on `env`.
+
+    config: a `configs/rlot.py` config (its `dqn` section is read) or the section itself.
+    workdir: where checkpoints (every `checkpoint_every` batches and at the end) and `metrics.jsonl` go;
+      None trains in memory only.
+    stop_after_episodes: stop early once this many episodes are done (simulates an interruption; a later call
+      with the same workdir resumes).
+    on_batch(batch_index, stats, record): called after each batch of episodes (e.g. for logging).
+    """
+    from reasoner.checkpoint import RunCheckpoints, check_workdir, fingerprint
+    from reasoner.metrics.curves import MetricsWriter
+
+    cfg = _section(config)
+    n = int(cfg.episodes_per_batch)
+    num_episodes = int(cfg.num_episodes)
+    if n < 1 or num_episodes % n:
+        raise ValueError(f"dqn.num_episodes={num_episodes} must be a positive multiple of "
+                         f"dqn.episodes_per_batch={n}")
+    if int(cfg.batch_size) > int(cfg.buffer_size):
+        raise ValueError(f"dqn.batch_size={cfg.batch_size}: expected at most dqn.buffer_size={cfg.buffer_size} "
+                         "(sampling is without replacement)")
+    obs_dim = int(getattr(env, "obs_dim", 7))
+    graphdef, state = init_state(cfg, obs_dim=obs_dim, num_actions=int(getattr(env, "num_actions", 5)))
+    hp = Hyper.from_config(cfg)
+    source = EpisodeSource(env, n=n, max_steps=int(cfg.max_episode_steps))
+    meta = {"trainer": TRAINER, "fingerprint": fingerprint(state)}
+    ckpt, writer, resumed_from = None, None, None
+    history: list[dict] = []
+    if workdir is not None:
+        workdir = pathlib.Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        check_workdir(workdir)
+        ckpt = RunCheckpoints(workdir, keep=2, async_save=False)
+        writer = MetricsWriter(workdir / "metrics.jsonl")
+        resumed_from = ckpt.latest_step()
+        if resumed_from is not None:
+            state, data_state, _ = ckpt.restore(state, expected_meta=meta)
+            source.set_state(data_state)
+            writer.truncate_after(int(resumed_from))
+            from reasoner.metrics.curves import read_metrics
+
+            history = [{k: v for k, v in r.items() if k != "kind"} for r in read_metrics(writer.path, kind="train")]
+    every = max(int(cfg.checkpoint_every), 1)
+    total_batches = num_episodes // n
+    stop_batches = total_batches if stop_after_episodes is None else min(total_batches, -(-stop_after_episodes // n))
+    try:
+        while source.batches < stop_batches:
+            state, stats = source.run_batch(graphdef, state, hp)
+            b = source.batches
+            record = {"step": b, "episodes": b * n, "mean_return": float(np.mean(stats.returns)),
+                      "mean_length": float(np.mean(stats.lengths)), "loss": stats.loss,
+                      "epsilon": float(state.epsilon), "updates": int(state.updates)}
+            history.append(record)
+            if writer is not None:
+                writer.write(b, "train", **{k: v for k, v in record.items() if k != "step"})
+            if on_batch is not None:
+                on_batch(b, stats, record)
+            if ckpt is not None and (b % every == 0 or b == stop_batches):
+                ckpt.save(b, state, data_state=source.get_state(), meta={**meta, "step": b})
+    finally:
+        if ckpt is not None:
+            ckpt.wait()
+            ckpt.close()
+    return DQNResult(graphdef=graphdef, state=state, history=history, resumed_from=resumed_from)
