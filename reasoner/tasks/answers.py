@@ -1,0 +1,211 @@
+"""Answer extraction and checking for four answer kinds: numbers, option letters, yes/no and `\\boxed{}` text.
+
+    extract_answer("number", "... The answer is 1,234.") -> "1234"
+    is_correct("text", r"\\boxed{\\frac12}", r"\\dfrac{1}{2}") -> True
+
+Kinds (the RL-of-Thoughts code's four formats):
+  number  - "The answer is N" (else the last number in the text); compared as floats after removing
+            everything but digits, sign and the decimal point (GSM8K's "#### 1,234" -> 1234).
+  choice  - "The answer is (X)" (else a lone option letter); compared as upper-case letters.
+  boolean - "The answer is yes/no" (also true/false); compared as booleans.
+  text    - the last `\\boxed{...}` (balanced braces; else "The answer is ..."); compared with
+            `normalize_math`, our normaliser in the spirit of Hendrycks' MATH `is_equiv`: it removes
+            spaces, `\\left`/`\\right`, `\\!`, dollars, `^\\circ`, `\\text{units}`, trailing dots; rewrites
+            `\\dfrac`/`\\tfrac` -> `\\frac`, `\\frac12` -> `\\frac{1}{2}`, `a/b` of integers -> `\\frac{a}{b}`,
+            `0.5` -> `\\frac{1}{2}` when exact, a leading `x=`; and compares numerically when both sides are plain numbers.
+A missing answer extracts as None and is never correct (choice: the authors guess a random letter; we do not,
+so a reward is never noise; choose `fallback` in the environment if you want their behaviour).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+KINDS = ("number", "choice", "boolean", "text")
+_ANSWER_IS = re.compile(r"answer is[:\s]*", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+
+
+def _after_answer_is(text: str) -> str | None:
+    found = list(_ANSWER_IS.finditer(text))
+    return text[found[-1].end():] if found else None
+
+
+def to_number(text: str) -> float | None:
+    """'$1,234.50' -> 1234.5; None when no digit is left."""
+    cleaned = re.sub(r"[^\d.\-]", "", text)
+    cleaned = cleaned.rstrip(".")
+    if not re.search(r"\d", cleaned):
+        return None
+    try:
+        return float(cleaned)
+    except ValueError:
+        match = _NUMBER.search(text)
+        return None if match is None else to_number(match.group(0).replace("$", "").replace(",", ""))
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` (or `\\fbox{...}`) with balanced braces; None when absent."""
+    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    if start < 0:
+        return None
+    i = text.index("{", start) + 1
+    depth, j = 1, i
+    while j < len(text) and depth:
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        j += 1
+    return text[i:j - 1] if depth == 0 else None
+
+
+def extract_answer(kind: str, text: str) -> str | None:
+    """The answer string the text commits to, in the kind's canonical form, or None."""
+    if kind not in KINDS:
+        raise ValueError(f"answer kind {kind!r}: expected one of {KINDS}")
+    tail = _after_answer_is(text)
+    if kind == "number":
+        for source in (tail, last_boxed(text), text):
+            if source is None:
+                continue
+            numbers = _NUMBER.findall(source)
+            if numbers:
+                value = to_number(numbers[0] if source is tail else numbers[-1])
+                if value is not None:
+                    return _format_number(value)
+        return None
+    if kind == "choice":
+        for source in (tail, text):
+            if source is None:
+                continue
+            match = re.search(r"\(([A-Ea-e])\)|\b([A-E])\b(?:\)|:|\.|$)", source)
+            if match:
+                return (match.group(1) or match.group(2)).upper()
+        return None
+    if kind == "boolean":
+        for source in (tail, text):
+            if source is None:
+                continue
+            words = re.findall(r"\b(yes|no|true|false)\b", source.lower())
+            if words:
+                return "yes" if (words[0] if source is tail else words[-1]) in ("yes", "true") else "no"
+        return None
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed.strip()
+    if tail is not None:
+        return tail.strip().rstrip(".").strip() or None
+    return None
+
+
+def _format_number(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def gold_number(answer: str) -> str:
+    """GSM8K's gold: the text after '####' (or the whole string) as a canonical number."""
+    value = to_number(answer.split("####")[-1])
+    if value is None:
+        raise ValueError(f"gold answer {answer[:60]!r}: expected a number (GSM8K '#### N')")
+    return _format_number(value)
+
+
+def is_correct(kind: str, prediction: str | None, gold: str) -> bool:
+    """Whether an extracted `prediction` equals `gold` under the kind's comparison."""
+    if prediction is None:
+        return False
+    if kind == "number":
+        p, g = to_number(prediction), to_number(gold)
+        return p is not None and g is not None and abs(p - g) <= 1e-6 * max(1.0, abs(g))
+    if kind == "choice":
+        return prediction.strip().strip("()").upper() == gold.strip().strip("()").upper()
+    if kind == "boolean":
+        norm = {"yes": True, "true": True, "no": False, "false": False}
+        return norm.get(prediction.strip().lower()) is not None and \
+            norm.get(prediction.strip().lower()) == norm.get(str(gold).strip().lower())
+    if kind == "text":
+        return is_equiv(prediction, gold)
+    raise ValueError(f"answer kind {kind!r}: expected one of {KINDS}")
+
+
+# ------------------------------------------------------------------------------------ the math normaliser
+
+
+def _fix_fracs(s: str) -> str:
+    r"""\frac12 -> \frac{1}{2}, \frac1{2} -> \frac{1}{2}, \frac{1}2 -> \frac{1}{2}."""
+    out, i = [], 0
+    while True:
+        j = s.find("\\frac", i)
+        if j < 0:
+            out.append(s[i:])
+            return "".join(out)
+        out.append(s[i:j + 5])
+        k = j + 5
+        for _ in range(2):
+            if k < len(s) and s[k] == "{":
+                depth, m = 1, k + 1
+                while m < len(s) and depth:
+                    depth += {"{": 1, "}": -1}.get(s[m], 0)
+                    m += 1
+                out.append(s[k:m])
+                k = m
+            elif k < len(s):
+                out.append("{" + s[k] + "}")
+                k += 1
+        i = k
+
+
+def _fix_sqrt(s: str) -> str:
+    r"""\sqrt3 -> \sqrt{3}."""
+    return re.sub(r"\\sqrt(\w)", r"\\sqrt{\1}", s)
+
+
+def normalize_math(answer: str) -> str:
+    """A canonical string for a MATH answer (see the module docstring for the rules)."""
+    s = str(answer).strip()
+    s = s.replace("\n", "").replace("\\!", "").replace("\\\\", "\\")
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = s.replace("\\left", "").replace("\\right", "")
+    s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\%", "").replace("%", "").replace("$", "")
+    s = re.sub(r"\\text\{\s*[a-zA-Z ]*\}$", "", s).strip()  # trailing units
+    s = re.sub(r"\\(?:text|mbox|mathrm)\{([^}]*)\}", r"\1", s)
+    s = s.replace(" ", "").rstrip(".")
+    if re.fullmatch(r"[a-zA-Z]\w*=.+", s) and s.count("=") == 1:
+        s = s.split("=", 1)[1]
+    s = _fix_sqrt(_fix_fracs(s))
+    if s.startswith("."):
+        s = "0" + s
+    s = s.replace("{.", "{0.")
+    m = re.fullmatch(r"(-?\d+)/(\d+)", s)
+    if m:
+        s = f"\\frac{{{m.group(1)}}}{{{m.group(2)}}}"
+    m = re.fullmatch(r"-?\d+\.\d+", s)
+    if m:
+        f = Fraction(s)
+        if f.denominator != 1 and f.denominator <= 1000:
+            s = f"\\frac{{{f.numerator}}}{{{f.denominator}}}" if f > 0 else f"-\\frac{{{-f.numerator}}}{{{f.denominator}}}"
+        else:
+            s = str(f.numerator) if f.denominator == 1 else s
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+", s):
+        s = s.replace(",", "")
+    return s
+
+
+def _as_number(s: str) -> float | None:
+    try:
+        return float(s)
+    except ValueError:
+        m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(\d+)\}", s)
+        if m and int(m.group(3)):
+            return (-1 if m.group(1) else 1) * int(m.group(2)) / int(m.group(3))
+        return None
+
+
+def is_equiv(a: str | None, b: str | None) -> bool:
+    """MATH-style equivalence of two answer strings after `normalize_math`."""
+    if a is None or b is None:
+        return False
+    na, nb = normalize_math(a), normalize_math(b)
+    if na == nb:
+        return True
+    x, y = _as_number(na), _as_number(nb)
+    return x is not None and y is not None and abs(x - y) <= 1e-9 * max(1.0, abs(y))
