@@ -3,28 +3,33 @@
 This is the executable verifier of CEDAR-GRPO's Crypto and ListFunction tasks (Table 8): the
 answer's code must return the expected output on every held-out test, 5 s per test.
 
-Layers, outermost first (each one is tested):
-  * a new network namespace (`unshare --net`: only a down loopback, so nothing is reachable) and a
-    new PID namespace (`--pid --fork --kill-child`: when the test ends, every process it started
-    dies with it); where `unshare` is not permitted, socket creation is refused by the audit hook
-    and the process group is killed instead (`isolation` says which one was used);
-  * as root, the payload runs as `nobody` (uid 65534) when a world-executable interpreter exists
-    (`/usr/bin/python3`), so RLIMIT_NPROC applies (root ignores it) and file permissions hold;
-  * rlimits: RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_FSIZE (file size), RLIMIT_NPROC (processes);
-  * a fresh temporary working directory, removed afterwards, and an environment with no inherited
-    variables (no tokens or keys leak), `python -I -S` (no site, no user paths);
-  * the audit hook of `sandbox_child` (no process creation, no writes outside the directory, no
-    ctypes); output beyond `max_output_bytes` is an error.
+Isolation never rests on Python state the payload can reach. Layers, outermost first (the report
+says which were active, `isolation_report()` says which this host gives):
+  * namespaces (`unshare --net --pid --mount --fork --kill-child --mount-proc`): no network (only
+    a down loopback), its own PID space (every process it starts dies with the test), and a mount
+    namespace in which host directories are hidden, `/` is read-only and the only writable place
+    is a private tmpfs /tmp that vanishes with the test (see `sandbox_child.lock_down`);
+  * uid/gid nobody with no capabilities (as root: always; the interpreter need not be nobody's);
+  * rlimits: RLIMIT_AS (memory), CPU, FSIZE, NPROC, NOFILE, CORE=0;
+  * a seccomp filter: no fork / exec / socket / ptrace / mount / namespaces (threads stay allowed);
+  * the audit hook of `sandbox_child`, the last layer.
+`mode="strict"` (the default) refuses to run code where the namespaces are not available;
+`mode="weak"` is the explicit opt-in for such hosts: uid nobody (never root), rlimits, seccomp,
+the audit hook with sockets blocked, and a host temporary directory as working directory.
+
+Each `TestOutcome.limit` names the limit that stopped the test: "timeout" (wall clock), "cpu"
+(RLIMIT_CPU), "memory", "output" (reply beyond `max_output_bytes`), "file_size", "nproc",
+"nofile", "recursion", "permission" (EPERM: seccomp or the uid refused a syscall), "audit_hook",
+"read_only" (EROFS: the mount namespace), "lock_down" (the jail could not be built); None otherwise.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
-import re
-import resource
 import select
 import shutil
 import signal
@@ -37,17 +42,40 @@ import time
 from reasoner.verifiers.pool import descendant_pids
 
 NOBODY = 65534
+MODES = ("strict", "weak")
 _CHILD_SOURCE = (pathlib.Path(__file__).with_name("sandbox_child.py")).read_text()
-_UNSHARE_OK: dict[tuple, bool] = {}
+NAMESPACE_PREFIX = ("unshare", "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc", "--")
+
+
+class SandboxUnavailable(RuntimeError):
+    """Strict mode was asked for on a host where the namespaces cannot be created."""
 
 
 @dataclasses.dataclass(frozen=True)
 class SandboxLimits:
+    """Per-test limits. `cpu_s` defaults to `timeout_s + 1` (the wall clock then fires first)."""
+
     timeout_s: float = 5.0
     memory_mb: int = 256
     max_file_mb: int = 8
     max_processes: int = 16
     max_output_bytes: int = 1 << 20
+    cpu_s: int | None = None
+    max_open_files: int = 64
+    scratch_mb: int = 16
+
+    def __post_init__(self):
+        for name in ("timeout_s", "memory_mb", "max_file_mb", "max_processes", "max_output_bytes",
+                     "max_open_files", "scratch_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}")
+        if self.cpu_s is not None and (not isinstance(self.cpu_s, int) or self.cpu_s < 1):
+            raise ValueError(f"SandboxLimits.cpu_s must be an int >= 1 or None, got {self.cpu_s!r}")
+
+    @property
+    def cpu_limit_s(self) -> int:
+        return self.cpu_s if self.cpu_s is not None else int(self.timeout_s) + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +85,7 @@ class TestOutcome:
     got: object = None
     error: str | None = None
     elapsed_s: float = 0.0
+    limit: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +93,7 @@ class SandboxReport:
     passed_all: bool
     tests: tuple[TestOutcome, ...]
     isolation: str
+    layers: tuple[tuple[str, bool], ...] = ()
 
     @property
     def pass_count(self) -> int:
@@ -78,44 +108,24 @@ def _world_executable(path: str) -> bool:
 
 
 def choose_interpreter() -> tuple[str, bool]:
-    """(python executable, drop_to_nobody). As root, prefer an interpreter `nobody` can execute."""
+    """(python executable, drop_to_nobody). As root, prefer an interpreter whose files `nobody` can
+    read (its standard library is imported lazily after the uid drop)."""
     if os.geteuid() == 0:
         for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
             if _world_executable(candidate):
                 return candidate, True
-    return sys.executable, False
+    return sys.executable, os.geteuid() == 0
 
 
-def unshare_works(drop: bool) -> bool:
-    """Whether `unshare --net --pid` runs here (needs CAP_SYS_ADMIN, e.g. root in the container)."""
-    key = (drop,)
-    if key not in _UNSHARE_OK:
-        cmd = _namespace_prefix(drop) + ["/bin/true"]
-        try:
-            _UNSHARE_OK[key] = shutil.which("unshare") is not None and subprocess.run(
-                cmd, capture_output=True, timeout=10).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            _UNSHARE_OK[key] = False
-    return _UNSHARE_OK[key]
-
-
-def _namespace_prefix(drop: bool) -> list[str]:
-    prefix = ["unshare", "--net", "--pid", "--fork", "--kill-child"]
-    if drop:
-        prefix += ["--setuid", str(NOBODY), "--setgid", str(NOBODY)]
-    return prefix + ["--"]
-
-
-def _limit_child(limits: SandboxLimits):
-    def apply() -> None:
-        mb = 1024 * 1024
-        cpu = int(limits.timeout_s) + 1
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb * mb, limits.memory_mb * mb))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_mb * mb, limits.max_file_mb * mb))
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
+@functools.lru_cache(maxsize=None)
+def unshare_works() -> bool:
+    """Whether `unshare --net --pid --mount --mount-proc` runs here (root or CAP_SYS_ADMIN)."""
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run([*NAMESPACE_PREFIX, "/bin/true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
@@ -143,25 +153,41 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _run_one(*, code: str, entry: str, value, limits: SandboxLimits, command: list[str],
-             workdir: str, block_sockets: bool) -> tuple[object, str | None, float]:
-    """(returned value, error or None, seconds) for one call of `entry(value)` in a fresh process."""
-    request = json.dumps({"code": code, "entry": entry, "input": value, "block_sockets": block_sockets})
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    value: object = None
+    error: str | None = None
+    limit: str | None = None
+    layers: dict | None = None
+    elapsed_s: float = 0.0
+
+
+def _exit_limit(code: int | None, limits: SandboxLimits, elapsed: float) -> str | None:
+    """The limit a death without a reply shows: SIGXCPU, or SIGKILL at the hard CPU limit."""
+    if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        return "cpu"
+    if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and elapsed >= limits.cpu_limit_s:
+        return "cpu"
+    return None
+
+
+def _run_one(*, request: dict, limits: SandboxLimits, command: list[str], workdir: str) -> _Run:
+    """One call of `entry(input)` in a fresh process; reads the layers line, then the reply."""
     env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, cwd=workdir, env=env, start_new_session=True,
-                            preexec_fn=_limit_child(limits), close_fds=True)
-    chunks, size, error = [], 0, None
+                            stderr=subprocess.DEVNULL, cwd=workdir if os.path.isdir(workdir) else "/",
+                            env=env, start_new_session=True, close_fds=True)
+    chunks, size, error, limit = [], 0, None, None
     try:
-        proc.stdin.write(request.encode())
+        proc.stdin.write(json.dumps(request).encode())
         proc.stdin.close()
         deadline = start + limits.timeout_s
         fd = proc.stdout.fileno()
         while True:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
-                error = f"timeout: no result within {limits.timeout_s:g} s"
+                error, limit = f"timeout: no result within {limits.timeout_s:g} s", "timeout"
                 break
             ready, _, _ = select.select([fd], [], [], remaining)
             if not ready:
@@ -171,8 +197,8 @@ def _run_one(*, code: str, entry: str, value, limits: SandboxLimits, command: li
                 break
             chunks.append(chunk)
             size += len(chunk)
-            if size > limits.max_output_bytes:
-                error = f"output larger than {limits.max_output_bytes} bytes"
+            if size > limits.max_output_bytes + 4096:  # + the layers line
+                error, limit = f"output larger than {limits.max_output_bytes} bytes", "output"
                 break
     except BrokenPipeError:
         pass
@@ -180,67 +206,138 @@ def _run_one(*, code: str, entry: str, value, limits: SandboxLimits, command: li
         _kill_tree(proc)
         proc.stdout.close()
     elapsed = time.perf_counter() - start
-    if error:
-        return None, error, elapsed
+    head, _, body = b"".join(chunks).partition(b"\n")
     try:
-        reply = json.loads(b"".join(chunks))
+        first = json.loads(head)
+        layers = first.get("layers")
     except ValueError:
-        return None, f"the test process died without a result (exit status {proc.returncode})", elapsed
+        first, layers = {}, None
+    if error:
+        return _Run(error=error, limit=limit, layers=layers, elapsed_s=elapsed)
+    if layers is None:
+        return _Run(error=first.get("error") or f"the test process failed to start (exit status {proc.returncode})",
+                    limit="lock_down", elapsed_s=elapsed)
+    try:
+        reply = json.loads(body)
+    except ValueError:
+        limit = _exit_limit(proc.returncode, limits, elapsed)
+        reason = f" (CPU limit of {limits.cpu_limit_s} s)" if limit == "cpu" else ""
+        return _Run(error=f"the test process died without a result (exit status {proc.returncode}){reason}",
+                    limit=limit, layers=layers, elapsed_s=elapsed)
     if not reply.get("ok"):
-        return None, reply.get("error"), elapsed
-    return reply.get("value"), None, elapsed
+        return _Run(error=reply.get("error"), limit=reply.get("limit"), layers=layers, elapsed_s=elapsed)
+    return _Run(value=reply.get("value"), layers=layers, elapsed_s=elapsed)
+
+
+def _plan(mode: str) -> tuple[list[str], bool, list[str]]:
+    """(command, use_namespaces, paths to expose) for `mode`; raises SandboxUnavailable."""
+    python, drop = choose_interpreter()
+    if mode == "strict":
+        if not unshare_works():
+            raise SandboxUnavailable(
+                "the code sandbox needs `unshare --net --pid --mount` (root or CAP_SYS_ADMIN) and it failed "
+                "here; pass mode='weak' to run with uid nobody, rlimits, seccomp and the audit hook only")
+        expose = [] if python.startswith(("/usr/", "/bin/")) else [sys.base_prefix, sys.prefix]
+        return [*NAMESPACE_PREFIX, python, "-I", "-S", "-c", _CHILD_SOURCE], True, expose
+    if os.geteuid() == 0 and not drop:
+        raise SandboxUnavailable("weak mode runs code as nobody, never as root, and no interpreter "
+                                 "nobody can execute was found (/usr/bin/python3)")
+    return [python, "-I", "-S", "-c", _CHILD_SOURCE], False, []
 
 
 def run_transform_tests(code: str, tests: list[tuple[object, object]], *, entry: str = "transform",
-                        limits: SandboxLimits | None = None, network: str = "auto") -> SandboxReport:
+                        limits: SandboxLimits | None = None, mode: str = "strict",
+                        network: str | None = None, audit_hook: bool = True) -> SandboxReport:
     """Run `entry(input)` from `code` on each (input, expected) pair; inputs/outputs are JSON values.
 
-    `network`: "auto" (namespace if `unshare` works, else socket blocking) or "block" (force the
-    fallback). A test passes when the returned value equals `expected` after a JSON round trip.
+    A test passes when the returned value equals `expected` after a JSON round trip. `mode` is
+    "strict" (namespaces required, else SandboxUnavailable) or "weak" (see the module docstring).
+    `network` is the older spelling: "auto" = strict, "block" = weak. `audit_hook=False` leaves
+    out the last layer (tests use it to show that the walls below hold on their own).
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, got {type(code).__name__}")
-    if network not in ("auto", "block"):
-        raise ValueError(f"network must be 'auto' or 'block', got {network!r}")
+    if network is not None:
+        if network not in ("auto", "block"):
+            raise ValueError(f"network must be 'auto' or 'block', got {network!r}")
+        mode = "strict" if network == "auto" else "weak"
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     limits = limits or SandboxLimits()
-    python, drop = choose_interpreter()
-    use_namespace = network == "auto" and unshare_works(drop)
-    if not use_namespace:
-        drop = False
-        python = sys.executable if not os.path.exists(python) else python
-    command = ([*_namespace_prefix(drop)] if use_namespace else []) + [python, "-I", "-S", "-c", _CHILD_SOURCE]
-    outcomes = []
+    command, use_namespace, expose = _plan(mode)
+    lock = {"mount_ns": use_namespace, "scratch_mb": limits.scratch_mb, "expose": expose,
+            "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_limit_s, "file_mb": limits.max_file_mb,
+            "nproc": limits.max_processes, "nofile": limits.max_open_files}
+    outcomes, layers = [], {}
     for index, (value, expected) in enumerate(tests):
-        workdir = tempfile.mkdtemp(prefix="sandbox-")
-        if drop:
+        workdir = "/tmp" if use_namespace else tempfile.mkdtemp(prefix="sandbox-")
+        if not use_namespace and os.geteuid() == 0:
             os.chown(workdir, NOBODY, NOBODY)
         try:
-            got, error, elapsed = _run_one(code=code, entry=entry, value=value, limits=limits,
-                                           command=command, workdir=workdir,
-                                           block_sockets=not use_namespace)
+            run = _run_one(request={"code": code, "entry": entry, "input": value, "lock": lock,
+                                    "audit_hook": bool(audit_hook)},
+                           limits=limits, command=command, workdir=workdir)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if not use_namespace:
+                shutil.rmtree(workdir, ignore_errors=True)
+        layers = run.layers or layers
         expected_json = json.loads(json.dumps(expected))
-        passed = error is None and got == expected_json
+        passed = run.error is None and run.value == expected_json
+        error = run.error
         if error is None and not passed:
-            error = f"wrong output: expected {expected_json!r}, got {got!r}"[:2000]
-        outcomes.append(TestOutcome(index=index, passed=passed, got=got, error=error, elapsed_s=elapsed))
-    isolation = ("netns+pidns" + ("+nobody" if drop else "")) if use_namespace else "audit-hook"
+            error = f"wrong output: expected {expected_json!r}, got {run.value!r}"[:2000]
+        outcomes.append(TestOutcome(index=index, passed=passed, got=run.value, error=error,
+                                    elapsed_s=run.elapsed_s, limit=run.limit))
+    isolation = "+".join(name for name, active in layers.items() if active) or "none"
     return SandboxReport(passed_all=bool(outcomes) and all(o.passed for o in outcomes),
-                         tests=tuple(outcomes), isolation=isolation)
+                         tests=tuple(outcomes), isolation=isolation, layers=tuple(sorted(layers.items())))
 
 
-_ANSWER_SPAN = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL)
-_FENCE = re.compile(r"^\s*```[\w+-]*\s*\n(.*?)\n?\s*```\s*$", re.DOTALL)
+EXPECTED_LAYERS = ("netns+pidns+mountns", "uid", "rlimits", "seccomp", "audit_hook")
+
+
+def isolation_report(mode: str = "strict") -> dict[str, bool]:
+    """{layer: active} for a trivial payload run here in `mode`: what CI checks against
+    EXPECTED_LAYERS. Every layer is False when the mode cannot run at all on this host."""
+    try:
+        report = run_transform_tests("def transform(x):\n    return x\n", [(0, 0)],
+                                     limits=SandboxLimits(timeout_s=30.0), mode=mode)
+    except SandboxUnavailable:
+        return {name: False for name in EXPECTED_LAYERS}
+    return {name: dict(report.layers).get(name, False) for name in EXPECTED_LAYERS}
+
+
+def _last_answer_span(text: str) -> str | None:
+    """The last `<answer>...</answer>` span in one left-to-right scan (an unclosed last one runs
+    to the end), or None; the same spans as the lazy regex `<answer>(.*?)(?:</answer>|$)`."""
+    span, pos = None, 0
+    while True:
+        start = text.find("<answer>", pos)
+        if start < 0:
+            return span
+        end = text.find("</answer>", start + 8)
+        if end < 0:
+            return text[start + 8:]
+        span, pos = text[start + 8:end], end + 9
+
+
+def strip_code_fence(code: str) -> str:
+    """The body of a Markdown fence (```python ... ```) spanning the whole text, else the text;
+    linear: one strip and two `find`s."""
+    stripped = code.strip()
+    if len(stripped) >= 6 and stripped.startswith("```") and stripped.endswith("```"):
+        newline = stripped.find("\n")
+        info = stripped[3:newline].strip() if newline > 0 else None
+        if info is not None and all(c.isalnum() or c in "_+-" for c in info):
+            return stripped[newline + 1:-3].rstrip()
+    return code
 
 
 def extract_answer_code(text: str) -> str:
     """The code of a CEDAR-style answer: the last `<answer>...</answer>` span (the whole text when
     there is none), with an optional Markdown fence (```python ... ```) removed."""
-    spans = _ANSWER_SPAN.findall(text)
-    code = spans[-1] if spans else text
-    fenced = _FENCE.match(code)
-    return (fenced.group(1) if fenced else code).strip("\n")
+    span = _last_answer_span(text)
+    return strip_code_fence(text if span is None else span).strip("\n")
 
 
 def verify_transform_answer(answer_text: str, tests: list[tuple[object, object]], **kwargs) -> SandboxReport:

@@ -1,6 +1,11 @@
-"""Code sandbox for model-written `transform(x)`: per-test verdicts, both isolation modes, and the
-hostile payloads (fork repeatedly, open a socket, write outside, sleep, print 100 MB) through the pool."""
+"""Code sandbox for model-written `transform(x)`: per-test verdicts, strict and weak modes, the
+isolation layers, and every hostile payload of issue 16 item 4, each asserting the one limit or
+outcome that should stop it, within its deadline + 1 s, leaving no process and no file behind.
 
+Payloads marked `walls` also run with the audit hook left out: the namespaces, uid, rlimits and
+seccomp must stop them on their own (the hook is the last layer, not the wall)."""
+
+import errno
 import os
 import socket
 import threading
@@ -8,75 +13,30 @@ import time
 
 import pytest
 
+from reasoner.verifiers import sandbox
 from reasoner.verifiers.pool import VerifierPool, descendant_pids
-from reasoner.verifiers.sandbox import SandboxLimits, run_transform_tests, unshare_works, choose_interpreter
+from reasoner.verifiers.sandbox import (EXPECTED_LAYERS, SandboxLimits, SandboxUnavailable, isolation_report,
+                                        run_transform_tests, unshare_works)
 
 DOUBLE = "def transform(lst):\n    return [2 * x for x in lst]\n"
 TESTS = [([1, 2], [2, 4]), ([], []), ([5], [10])]
 LIMITS = SandboxLimits(timeout_s=2.0)
+STRICT = pytest.mark.skipif(not unshare_works(), reason="unshare --net --pid --mount is not permitted here")
+PROBE = "/tmp/sandbox_escape_probe.txt"
 
 
-def orphaned_nobody_processes() -> int:
-    """Processes of uid 65534 whose `unshare` parent is gone (re-parented to an init or subreaper):
-    what a sandbox would leave behind. Live sandboxes of concurrent tests still have their parent."""
+def nobody_processes() -> int:
+    """Live processes of uid 65534 (zombies excluded): what a finished sandbox would leave behind."""
     count = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.stat(f"/proc/{entry}").st_uid != 65534:
-                    continue
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{ppid}/comm") as f:
-                    count += f.read().strip() != "unshare"
-            except (OSError, ValueError, IndexError):
+                with open(f"/proc/{entry}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+                count += fields["Uid"].split()[0] == "65534" and not fields["State"].strip().startswith("Z")
+            except (OSError, KeyError, ValueError):
                 pass
     return count
-
-
-@pytest.fixture(params=["auto", "block"])
-def network(request):
-    return request.param
-
-
-def test_per_test_pass_fail_with_errors(network):
-    report = run_transform_tests("def transform(lst):\n    return [2 * x for x in lst] if lst != [5] else 1/0\n",
-                                 TESTS, limits=LIMITS, network=network)
-    assert [t.passed for t in report.tests] == [True, True, False]
-    assert "ZeroDivisionError" in report.tests[2].error and not report.passed_all
-    wrong = run_transform_tests("def transform(lst):\n    return lst\n", TESTS[:1], limits=LIMITS, network=network)
-    assert wrong.tests[0].error == "wrong output: expected [2, 4], got [1, 2]"
-    assert run_transform_tests(DOUBLE, TESTS, limits=LIMITS, network=network).pass_count == 3
-
-
-def test_code_errors_are_reported(network):
-    syntax = run_transform_tests("def transform(lst) return lst", TESTS[:1], limits=LIMITS, network=network)
-    assert "SyntaxError" in syntax.tests[0].error
-    missing = run_transform_tests("def other(x):\n    return x\n", TESTS[:1], limits=LIMITS, network=network)
-    assert "no function 'transform'" in missing.tests[0].error
-    with pytest.raises(TypeError, match="code must be str"):
-        run_transform_tests(b"def transform(x): return x", TESTS)
-    with pytest.raises(ValueError, match="network must be"):
-        run_transform_tests(DOUBLE, TESTS, network="open")
-
-
-def test_environment_is_clean_and_cwd_is_fresh(network, monkeypatch):
-    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
-    code = "import os\ndef transform(x):\n    return [sorted(os.environ), os.listdir('.')]\n"
-    report = run_transform_tests(code, [(0, None)], limits=LIMITS, network=network)
-    env_names, listing = report.tests[0].got
-    assert "SECRET_TOKEN" not in env_names and set(env_names) <= {"PATH", "HOME", "LANG", "PYTHONHASHSEED"}
-    assert listing == []
-
-
-def test_isolation_mode_matches_the_host():
-    report = run_transform_tests(DOUBLE, TESTS[:1], limits=LIMITS)
-    python, drop = choose_interpreter()
-    if unshare_works(drop):
-        assert report.isolation.startswith("netns+pidns")
-    else:
-        assert report.isolation == "audit-hook"
-    assert run_transform_tests(DOUBLE, TESTS[:1], limits=LIMITS, network="block").isolation == "audit-hook"
 
 
 @pytest.fixture
@@ -84,55 +44,204 @@ def listening_port():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
+    server.settimeout(5.0)
     accepted = []
-    thread = threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True)
+
+    def accept():
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+    thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     yield server.getsockname()[1], accepted
     server.close()
 
 
-HOSTILE = {
-    "fork_repeatedly": "import os\ndef transform(x):\n    while True:\n        os.fork()\n",
-    "write_outside": "def transform(x):\n    open('/tmp/sandbox_escape_probe.txt', 'w').write('x')\n    return x\n",
-    "sleep": "import time\ndef transform(x):\n    time.sleep(60)\n",
-    "print_100mb": "def transform(x):\n    print('y' * (100 * 1024 * 1024))\n    return x\n",
-    "allocate": "def transform(x):\n    hoard = []\n    while True:\n        hoard.append(bytearray(10 ** 7))\n",
+@pytest.fixture
+def secret_file(tmp_path):
+    path = tmp_path / "root_only.txt"
+    path.write_text("the secret")
+    path.chmod(0o600)
+    return path
+
+
+FORK_EXEC = ("import _posixsubprocess, os\ndef transform(x):\n    r, w = os.pipe()\n"
+             "    return _posixsubprocess.fork_exec([b'/bin/true'], [b'/bin/true'], True, (), None, None, -1, -1,"
+             " -1, -1, -1, -1, r, w, True, False, -1, None, None, None, -1, None, False)\n")
+# name: (code, limits, expected limit with the audit hook, expected limit without it or None: not run)
+PAYLOADS = {
+    "infinite_loop": ("def transform(x):\n    while True:\n        pass\n", LIMITS, "timeout", None),
+    "cpu_limit": ("def transform(x):\n    while True:\n        pass\n", SandboxLimits(timeout_s=6.0, cpu_s=1),
+                  "cpu", None),
+    "memory_bomb": ("def transform(x):\n    hoard = []\n    while True:\n        hoard.append(bytearray(10 ** 7))\n",
+                    LIMITS, "memory", "memory"),
+    "fork_bomb": ("import os\ndef transform(x):\n    while True:\n        os.fork()\n", LIMITS, "audit_hook",
+                  "permission"),
+    "double_fork": ("import os, time\ndef transform(x):\n    if os.fork() == 0:\n        if os.fork() == 0:\n"
+                    "            time.sleep(3)\n            open('/tmp/late', 'w').write('x')\n        os._exit(0)\n"
+                    "    return x\n", LIMITS, "audit_hook", "permission"),
+    "os_system": ("import os\ndef transform(x):\n    return os.system('touch /tmp/sandbox_escape_probe.txt')\n",
+                  LIMITS, "audit_hook", None),
+    "subprocess": ("import subprocess\ndef transform(x):\n    return subprocess.run(['id']).returncode\n", LIMITS,
+                   "audit_hook", "permission"),
+    "fork_exec": (FORK_EXEC, LIMITS, "permission", "permission"),
+    "ctypes": ("import ctypes\ndef transform(x):\n    return ctypes.CDLL(None).fork()\n", LIMITS, "audit_hook", None),
+    "write_outside": ("def transform(x):\n    open('/work/sandbox_escape_probe.txt', 'w').write('x')\n", LIMITS,
+                      "audit_hook", "read_only"),
+    "file_size": ("def transform(x):\n    open('big.bin', 'wb').write(b'0' * (20 * 1024 * 1024))\n",
+                  SandboxLimits(timeout_s=3.0, max_file_mb=8, scratch_mb=64), "file_size", "file_size"),
+    "output_100mb": ("def transform(x):\n    return 'y' * (100 * 1024 * 1024)\n",
+                     SandboxLimits(timeout_s=5.0, memory_mb=1024), "output", "output"),
+    "ignore_sigterm": ("import signal\ndef transform(x):\n    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                       "    while True:\n        pass\n", LIMITS, "timeout", None),
+    "many_threads": ("import threading, time\ndef transform(x):\n    for _ in range(10000):\n"
+                     "        threading.Thread(target=time.sleep, args=(10,), daemon=True).start()\n", LIMITS, "nproc",
+                     "nproc"),
+    "deep_recursion": ("def transform(x):\n    return transform(x)\n", LIMITS, "recursion", None),
+    "kill_parent": ("import os, signal\ndef transform(x):\n    os.kill(os.getppid(), signal.SIGKILL)\n    return x\n",
+                    LIMITS, "audit_hook", "permission"),
 }
 
 
-@pytest.mark.parametrize("name", sorted(HOSTILE) + ["socket"])
-def test_hostile_payloads_through_the_pool(name, network, listening_port):
+def _run_payload(code, limits, *, audit_hook=True, mode="strict"):
+    before = nobody_processes()
+    start = time.monotonic()
+    report = run_transform_tests(code, [(1, 1)], limits=limits, mode=mode, audit_hook=audit_hook)
+    elapsed = time.monotonic() - start
+    assert elapsed < limits.timeout_s + 1.0, (elapsed, report)
+    assert nobody_processes() <= before  # concurrent tests' sandboxes may end meanwhile
+    assert not os.path.exists(PROBE) and not os.path.exists("/work/sandbox_escape_probe.txt")
+    return report.tests[0]
+
+
+@STRICT
+@pytest.mark.parametrize("name", sorted(PAYLOADS))
+def test_hostile_payload_stopped_by_the_one_limit(name):
+    code, limits, with_hook, _ = PAYLOADS[name]
+    outcome = _run_payload(code, limits)
+    assert not outcome.passed and outcome.limit == with_hook, outcome
+
+
+@STRICT
+@pytest.mark.parametrize("name", sorted(n for n, p in PAYLOADS.items() if p[3]))
+def test_walls_hold_without_the_audit_hook(name):
+    code, limits, _, without_hook = PAYLOADS[name]
+    outcome = _run_payload(code, limits, audit_hook=False)
+    assert not outcome.passed and outcome.limit == without_hook, outcome
+
+
+@STRICT
+def test_ctypes_and_os_system_without_the_hook_cannot_create_processes():
+    ctypes_fork = ("import ctypes\ndef transform(x):\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+                   "    return [libc.fork(), ctypes.get_errno()]\n")
+    assert _run_payload(ctypes_fork, LIMITS, audit_hook=False).got == [-1, errno.EPERM]
+    system = _run_payload(PAYLOADS["os_system"][0], LIMITS, audit_hook=False)
+    assert system.error is None or system.got != 0  # the shell never ran: no exit status 0
+    assert system.got != 0 and not os.path.exists(PROBE)
+
+
+@STRICT
+def test_loopback_listener_gets_no_connection(listening_port):
     port, accepted = listening_port
-    code = HOSTILE.get(name) or (f"import socket\ndef transform(x):\n"
-                                 f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'leak')\n"
-                                 f"    return x\n")
-    before, orphans_before = descendant_pids(), orphaned_nobody_processes()
-    with VerifierPool(workers=1, deadline_s=LIMITS.timeout_s + 2.0, memory_mb=512) as pool:
-        start = time.monotonic()
-        result = pool.submit("reasoner.verifiers.sandbox:run_transform_tests", code, [(1, 1)],
-                             task_kwargs={"limits": LIMITS, "network": network}).result()
-        elapsed = time.monotonic() - start
-        assert result.ok, result
-        report = result.value
-        assert elapsed < LIMITS.timeout_s + 1.0, (elapsed, report)
-        error = report.tests[0].error
-        if name == "print_100mb":  # output goes nowhere; on a starved host the deadline may come first
-            assert report.passed_all or error.startswith("timeout"), error
-        else:
-            assert not report.passed_all and error
-        if name == "allocate":
-            assert "MemoryError" in error or error.startswith("timeout"), error
-        follow = pool.submit("reasoner.verifiers.sandbox:run_transform_tests", DOUBLE, TESTS,
-                             task_kwargs={"limits": LIMITS, "network": network}).result()
-        assert follow.ok and follow.value.passed_all
-    time.sleep(0.2)
-    assert len(descendant_pids()) <= len(before) and orphaned_nobody_processes() <= orphans_before
-    assert not os.path.exists("/tmp/sandbox_escape_probe.txt")
+    code = (f"import socket\ndef transform(x):\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'leak')\n    return x\n")
+    for hook in (True, False):
+        outcome = _run_payload(code, LIMITS, audit_hook=hook)
+        assert outcome.limit == "permission" and "Operation not permitted" in outcome.error, outcome
     assert accepted == []
-    if name == "sleep":
-        assert "timeout" in report.tests[0].error
-    if name == "socket":
-        assert "Network is unreachable" in report.tests[0].error or "network access" in report.tests[0].error
+
+
+@STRICT
+def test_host_files_are_hidden(secret_file):
+    code = (f"import os\ndef transform(x):\n    seen = [os.listdir(p) for p in ('/work', '/root', '/home', '/var')]\n"
+            f"    try:\n        return [seen, open({str(secret_file)!r}).read()]\n"
+            f"    except OSError as err:\n        return [seen, type(err).__name__]\n")
+    outcome = _run_payload(code, LIMITS, audit_hook=False)
+    assert outcome.got == [[[], [], [], []], "FileNotFoundError"], outcome
+
+
+@STRICT
+def test_identity_scratch_and_proc_of_the_payload():
+    code = ("import os\ndef transform(x):\n    open('note', 'w').write('kept in scratch')\n"
+            "    return [os.getuid(), os.getgid(), os.getgroups(), os.getcwd(), open('note').read(),"
+            " sorted(int(p) for p in os.listdir('/proc') if p.isdigit())]\n")
+    outcome = _run_payload(code, LIMITS)
+    assert outcome.got == [65534, 65534, [], "/tmp", "kept in scratch", [1, 2]], outcome
+    assert _run_payload("import reasoner\ndef transform(x):\n    return x\n", LIMITS).error.startswith(
+        "ModuleNotFoundError")
+
+
+def test_per_test_pass_fail_with_errors():
+    mode = "strict" if unshare_works() else "weak"
+    report = run_transform_tests("def transform(lst):\n    return [2 * x for x in lst] if lst != [5] else 1/0\n",
+                                 TESTS, limits=LIMITS, mode=mode)
+    assert [t.passed for t in report.tests] == [True, True, False]
+    assert "ZeroDivisionError" in report.tests[2].error and not report.passed_all
+    wrong = run_transform_tests("def transform(lst):\n    return lst\n", TESTS[:1], limits=LIMITS, mode=mode)
+    assert wrong.tests[0].error == "wrong output: expected [2, 4], got [1, 2]"
+    syntax = run_transform_tests("def transform(lst) return lst", TESTS[:1], limits=LIMITS, mode=mode)
+    assert "SyntaxError" in syntax.tests[0].error
+    missing = run_transform_tests("def other(x):\n    return x\n", TESTS[:1], limits=LIMITS, mode=mode)
+    assert "no function 'transform'" in missing.tests[0].error
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="code must be str"):
+        run_transform_tests(b"def transform(x): return x", TESTS)
+    with pytest.raises(ValueError, match="network must be"):
+        run_transform_tests(DOUBLE, TESTS, network="open")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        run_transform_tests(DOUBLE, TESTS, mode="none")
+    with pytest.raises(ValueError, match="SandboxLimits.timeout_s must be a positive number"):
+        SandboxLimits(timeout_s=-1)
+
+
+def test_environment_is_clean_and_cwd_is_fresh(monkeypatch):
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    code = "import os\ndef transform(x):\n    return [sorted(os.environ), os.listdir('.')]\n"
+    for mode in ("strict", "weak") if unshare_works() else ("weak",):
+        env_names, listing = run_transform_tests(code, [(0, None)], limits=LIMITS, mode=mode).tests[0].got
+        assert "SECRET_TOKEN" not in env_names and set(env_names) <= {"PATH", "HOME", "LANG", "PYTHONHASHSEED"}
+        assert listing == []
+
+
+def test_strict_mode_refuses_without_namespaces(monkeypatch):
+    monkeypatch.setattr(sandbox, "unshare_works", lambda: False)
+    with pytest.raises(SandboxUnavailable, match="mode='weak'"):
+        run_transform_tests(DOUBLE, TESTS)
+    assert isolation_report() == {name: False for name in EXPECTED_LAYERS}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop needs root")
+def test_weak_mode_is_never_root_and_keeps_its_layers(listening_port):
+    port, accepted = listening_port
+    weak = run_transform_tests("import os\ndef transform(x):\n    return os.getuid()\n", [(0, 65534)], mode="weak",
+                               limits=LIMITS)
+    assert weak.passed_all and dict(weak.layers) == {"netns+pidns+mountns": False, "uid": True, "rlimits": True,
+                                                     "seccomp": True, "audit_hook": True}
+    connect = (f"import socket\ndef transform(x):\n    socket.create_connection(('127.0.0.1', {port}))\n")
+    assert _run_payload(connect, LIMITS, mode="weak", audit_hook=False).limit == "permission" and accepted == []
+    assert _run_payload(PAYLOADS["fork_exec"][0], LIMITS, mode="weak").limit == "permission"
+
+
+@STRICT
+def test_isolation_report_has_every_layer():
+    assert isolation_report() == {name: True for name in EXPECTED_LAYERS}
+
+
+@STRICT
+def test_pool_keeps_serving_after_hostile_payloads():
+    before = descendant_pids()
+    with VerifierPool(workers=1, deadline_s=LIMITS.timeout_s + 2.0, memory_mb=512) as pool:
+        for name in ("fork_exec", "infinite_loop", "memory_bomb", "kill_parent"):
+            result = pool.submit("reasoner.verifiers.sandbox:run_transform_tests", PAYLOADS[name][0], [(1, 1)],
+                                 task_kwargs={"limits": LIMITS}).result()
+            assert result.ok and result.value.tests[0].limit == PAYLOADS[name][2], (name, result)
+        follow = pool.submit("reasoner.verifiers.sandbox:run_transform_tests", DOUBLE, TESTS,
+                             task_kwargs={"limits": LIMITS}).result()
+        assert follow.ok and follow.value.passed_all
+    assert descendant_pids() <= before
 
 
 @pytest.mark.parametrize("answer", [
@@ -144,19 +253,12 @@ def test_cedar_answer_extraction_and_verification(answer):
     from reasoner.verifiers.sandbox import extract_answer_code, verify_transform_answer
 
     assert extract_answer_code(answer).startswith("def transform(s):")
-    report = verify_transform_answer(answer, [("abc", "bcd"), ("HAL", "IBM")], limits=LIMITS)
+    mode = "strict" if unshare_works() else "weak"
+    report = verify_transform_answer(answer, [("abc", "bcd"), ("HAL", "IBM")], limits=LIMITS, mode=mode)
     assert report.passed_all and report.pass_count == 2
 
 
-def test_file_size_and_cpu_limits(network):
-    big_file = "def transform(x):\n    open('big.bin', 'wb').write(b'0' * (20 * 1024 * 1024))\n    return x\n"
-    report = run_transform_tests(big_file, [(1, 1)], limits=SandboxLimits(timeout_s=3.0, max_file_mb=8),
-                                 network=network)
-    assert "File too large" in report.tests[0].error
-    small_file = big_file.replace("20 * 1024 * 1024", "1024")
-    assert run_transform_tests(small_file, [(1, 1)], limits=LIMITS, network=network).passed_all
-    start = time.monotonic()
-    spin = run_transform_tests("def transform(x):\n    while True:\n        pass\n", [(1, 1)], limits=LIMITS,
-                               network=network)
-    assert spin.tests[0].error.startswith("timeout") or "exit status" in spin.tests[0].error
-    assert time.monotonic() - start < LIMITS.timeout_s + 1.0
+def test_print_100mb_costs_nothing():
+    mode = "strict" if unshare_works() else "weak"
+    code = "def transform(x):\n    print('y' * (100 * 1024 * 1024))\n    return x\n"
+    assert run_transform_tests(code, [(1, 1)], limits=SandboxLimits(timeout_s=5.0), mode=mode).passed_all
