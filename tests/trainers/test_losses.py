@@ -1,13 +1,13 @@
 """Loss formulas against independent references: NumPy transcriptions of TRL's DPO and PyTorch SFT."""
 
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trainers.losses import DPO_LOSS_TYPES, dpo_per_pair_loss, dpo_reward_sums, target_mask, token_logprobs
+from reasoner.models.scoring import picked_logps, target_mask
+from trainers.losses import DPO_LOSS_TYPES, dpo_per_pair_loss, dpo_reward_sums
 
 
 def _np_logsigmoid(x):
@@ -58,10 +58,10 @@ def test_dpo_rejects_bad_settings():
                           loss_type="robust", label_smoothing=0.5)
 
 
-def test_token_logprobs_and_target_mask():
+def test_picked_logps_and_target_mask():
     logits = jax.random.normal(jax.random.key(0), (2, 5, 7))
     tokens = jnp.array([[1, 2, 3, 4, 5], [6, 5, 4, 3, 2]])
-    logp = token_logprobs(logits, tokens)
+    logp = picked_logps(logits[:, :-1], tokens[:, 1:])
     ref = jax.nn.log_softmax(np.asarray(logits)[:, :-1], axis=-1)
     np.testing.assert_allclose(np.asarray(logp), np.take_along_axis(np.asarray(ref), np.asarray(tokens)[:, 1:, None],
                                                                      -1)[..., 0], rtol=1e-6)
@@ -70,6 +70,3 @@ def test_token_logprobs_and_target_mask():
     # token 3 of row 0 starts segment 2: never predicted from segment 1's last token
     np.testing.assert_array_equal(np.asarray(target_mask(loss_mask, segments)), [[1, 1, 0, 1], [0, 1, 1, 0]])
 
-
-def test_ln2_constant():
-    assert float(-jax.nn.log_sigmoid(jnp.float32(0.0))) == np.float32(math.log(2))
