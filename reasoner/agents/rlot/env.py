@@ -1,0 +1,244 @@
+"""The RL-of-Thoughts MDP over logic blocks, stepping N episodes at once.
+
+Protocol (what `trainers.dqn` trains):
+    obs = env.reset(rng, n)                   # float32[n, 7]: the self-evaluation scores of each root
+    obs, reward, done = env.step(actions)     # actions int32[n]; float32[n, 7], float32[n], bool[n]
+A done row stays done: its later actions are ignored and its reward is 0 until the next reset.
+`reset_problems(problems)` starts episodes on given problems (evaluation, tests); `reset` draws n training
+problems uniformly with repetition from the pool (the authors' "failed problems sampled at random").
+
+Actions: 0 Reason one step, 1 Decompose, 2 Debate, 3 Refine, 4 Terminate. The rules live here, not in the DQN:
+  * Refine is never first: chosen on a thought without steps it runs Reason (training and test alike);
+  * after each non-terminal block a check-finished prompt asks whether a final answer has been given; "yes"
+    (or reaching `max_depth` blocks) leaves only Terminate, which the environment then takes in the same step
+    (choice: the forced answer is part of the transition that led to it, so that transition is terminal and
+    carries the outcome reward instead of a process reward);
+  * Terminate asks for the final answer in the task's format; the episode ends with reward 1 when it is correct,
+    else 0 (an answer that cannot be extracted is wrong).
+Rewards: after a non-terminal block that does not end the episode, the PRM's score of the latest step.
+
+Batching: within one `step`, every LLM call the rows need at one stage of one block is ONE `lm.generate` call
+(block order Reason, Decompose, Debate, Refine; Decompose solves subtask k of every decomposing row in one call),
+followed by one check-finished call, one Terminate call for every ending row, one self-evaluation call and one
+PRM call for the continuing rows. So the number of LLM calls of a step depends on which blocks were chosen,
+never on N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+
+from reasoner.agents.rlot import prompts as P
+from reasoner.agents.rlot.prm import OutcomeOnlyPRM
+from reasoner.tasks.answers import extract_answer, is_correct
+from reasoner.tasks.reasoning import FORMAT_INSTRUCTIONS, Problem
+
+REASON, DECOMPOSE, DEBATE, REFINE, TERMINATE = range(5)
+BLOCK_NAMES = ("reason", "decompose", "debate", "refine", "terminate")
+
+
+@dataclasses.dataclass
+class Episode:
+    """One episode's record. `blocks` are the blocks run (after the environment's rules; a forced answer shows
+    as a final Terminate); `llm_calls`, `prompt_tokens`, `completion_tokens` count this episode's prompts."""
+
+    problem: Problem
+    steps: list[str] = dataclasses.field(default_factory=list)
+    blocks: list[int] = dataclasses.field(default_factory=list)
+    states: list[np.ndarray] = dataclasses.field(default_factory=list)
+    rewards: list[float] = dataclasses.field(default_factory=list)
+    done: bool = False
+    answer_text: str | None = None
+    answer: str | None = None
+    correct: bool = False
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def depth(self) -> int:
+        return sum(b != TERMINATE for b in self.blocks)
+
+
+class ThoughtEnv:
+    """The batched environment (see the module docstring).
+
+    lm: a `reasoner.agents.rlot.llm.BatchLM`. problems: the training pool for `reset`. prm: a
+    `ProcessRewardModel` (default outcome only). max_depth: non-terminal blocks before the answer is forced.
+    max_width: at most this many subtasks of a Decompose. max_new_tokens: per block stage (None: the LM's default);
+    eval_max_new_tokens: for the self-evaluation and check-finished replies.
+    """
+
+    obs_dim = 7
+    num_actions = 5
+
+    def __init__(self, lm, problems: Sequence[Problem] = (), *, prm=None, max_depth: int = 5, max_width: int = 5,
+                 max_new_tokens: int | None = None, eval_max_new_tokens: int | None = None):
+        if max_depth < 1:
+            raise ValueError(f"max_depth={max_depth}: expected >= 1")
+        self.lm, self.problems = lm, list(problems)
+        self.prm = prm if prm is not None else OutcomeOnlyPRM()
+        self.max_depth, self.max_width = int(max_depth), int(max_width)
+        self.max_new_tokens, self.eval_max_new_tokens = max_new_tokens, eval_max_new_tokens
+        self.episodes: list[Episode] = []
+        self.obs = np.zeros((0, self.obs_dim), np.float32)
+        self.unparsed_states = 0  # self-evaluation replies with no score at all (all-zero state)
+        self.evaluated_states = 0
+        self.stage_log: list[tuple[str, list[int]]] = []  # (stage, episode rows) of every LLM call, in order
+
+    # ------------------------------------------------------------------------------------------ protocol
+
+    def reset(self, rng, n: int) -> np.ndarray:
+        """n episodes on problems drawn uniformly with repetition from the pool (by `rng`, a raw jax key)."""
+        import jax
+
+        if not self.problems:
+            raise ValueError("ThoughtEnv.reset: the problem pool is empty; pass problems= or use reset_problems")
+        picks = np.asarray(jax.random.randint(jax.random.wrap_key_data(rng), (int(n),), 0, len(self.problems)))
+        return self.reset_problems([self.problems[int(i)] for i in picks])
+
+    def reset_problems(self, problems: Sequence[Problem]) -> np.ndarray:
+        self.episodes = [Episode(problem=p) for p in problems]
+        rows = list(range(len(self.episodes)))
+        self.obs = np.zeros((len(rows), self.obs_dim), np.float32)
+        self._evaluate(rows)
+        return self.obs.copy()
+
+    def step(self, actions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        actions = np.asarray(actions).reshape(-1)
+        n = len(self.episodes)
+        if actions.shape[0] != n:
+            raise ValueError(f"ThoughtEnv.step: {actions.shape[0]} actions for {n} episodes; expected one per episode")
+        reward = np.zeros((n,), np.float32)
+        active = [i for i, e in enumerate(self.episodes) if not e.done]
+        chosen = {}
+        for i in active:
+            a = int(actions[i])
+            if not 0 <= a < self.num_actions:
+                raise ValueError(f"ThoughtEnv.step: action {a} for episode {i}; expected 0..{self.num_actions - 1}")
+            chosen[i] = REASON if a == REFINE and not self.episodes[i].steps else a
+            self.episodes[i].blocks.append(chosen[i])
+        for block, run in ((REASON, self._reason), (DECOMPOSE, self._decompose), (DEBATE, self._debate),
+                           (REFINE, self._refine)):
+            rows = [i for i in active if chosen[i] == block]
+            if rows:
+                run(rows)
+        worked = [i for i in active if chosen[i] != TERMINATE]
+        checking = [i for i in worked if self.episodes[i].depth < self.max_depth]
+        replies = self._ask("check_finished", checking, [self._prefix(i) + P.CHECK_FINISHED for i in checking],
+                            self.eval_max_new_tokens)
+        finished = {i for i, r in zip(checking, replies) if P.says_finished(r)}
+        forced = [i for i in worked if i in finished or self.episodes[i].depth >= self.max_depth]
+        for i in forced:
+            self.episodes[i].blocks.append(TERMINATE)
+        ending = sorted([i for i in active if chosen[i] == TERMINATE] + forced)
+        self._terminate(ending, reward)
+        continuing = [i for i in worked if i not in set(forced)]
+        self._evaluate(continuing)
+        if continuing:
+            scores = self.prm.score([self.episodes[i].problem.question for i in continuing],
+                                    [list(self.episodes[i].steps) for i in continuing])
+            reward[continuing] = np.asarray(scores, np.float32)
+        for i in active:
+            self.episodes[i].rewards.append(float(reward[i]))
+        done = np.array([e.done for e in self.episodes], bool)
+        return self.obs.copy(), reward, done
+
+    # ------------------------------------------------------------------------------------------- helpers
+
+    def _prefix(self, i: int) -> str:
+        e = self.episodes[i]
+        return P.thought_prefix(e.problem.question, e.steps)
+
+    def _ask(self, stage: str, rows: list[int], prompts: list[str], max_new_tokens: int | None = None) -> list[str]:
+        """One batched LLM call for `prompts` (prompt k belongs to episode rows[k]), logged as `stage`."""
+        if not rows:
+            return []
+        self.stage_log.append((stage, list(rows)))
+        outs = self.lm.generate(prompts, max_new_tokens=max_new_tokens or self.max_new_tokens)
+        for i, g in zip(rows, outs):
+            e = self.episodes[i]
+            e.llm_calls += 1
+            e.prompt_tokens += g.prompt_tokens
+            e.completion_tokens += g.completion_tokens
+        return [g.text for g in outs]
+
+    def _evaluate(self, rows: list[int]) -> None:
+        replies = self._ask("evaluate", rows, [self._prefix(i) + P.EVALUATE for i in rows],
+                            self.eval_max_new_tokens)
+        for i, reply in zip(rows, replies):
+            scores, parsed = P.parse_scores(reply)
+            self.unparsed_states += int(not parsed)
+            self.evaluated_states += 1
+            self.obs[i] = scores
+            self.episodes[i].states.append(scores)
+
+    @staticmethod
+    def _clean(text: str) -> str:
+        return text.strip() or "(no output)"
+
+    def _reason(self, rows: list[int]) -> None:
+        for i, text in zip(rows, self._ask("reason", rows, [self._prefix(i) + P.REASON for i in rows])):
+            self.episodes[i].steps.append(self._clean(text))
+
+    def _refine(self, rows: list[int]) -> None:
+        for i, text in zip(rows, self._ask("refine", rows, [self._prefix(i) + P.REFINE for i in rows])):
+            self.episodes[i].steps[-1] = self._clean(text)
+
+    def _decompose(self, rows: list[int]) -> None:
+        listed = self._ask("decompose/list", rows, [self._prefix(i) + P.DECOMPOSE for i in rows])
+        subtasks = {i: P.parse_subtasks(t, limit=self.max_width) for i, t in zip(rows, listed)}
+        solved: dict[int, list[str]] = {i: [] for i in rows}
+
+        def context(i: int) -> str:
+            lines = ["Subtasks:"] + [f"Subtask{k + 1}: {s}" for k, s in enumerate(subtasks[i])]
+            lines += [f"Reasoning for Subtask{k + 1}: {r}" for k, r in enumerate(solved[i])]
+            return self._prefix(i) + "\n".join(lines) + "\n\n"
+
+        for k in range(max(len(s) for s in subtasks.values())):
+            todo = [i for i in rows if len(subtasks[i]) > k]
+            replies = self._ask(f"decompose/subtask{k + 1}", todo,
+                                [context(i) + P.SOLVE_SUBTASK.format(subtask=subtasks[i][k]) for i in todo])
+            for i, r in zip(todo, replies):
+                solved[i].append(self._clean(r))
+        summaries = self._ask("decompose/summary", rows, [context(i) + P.SUMMARISE for i in rows])
+        for i, s in zip(rows, summaries):
+            self.episodes[i].steps.append(self._clean(s))
+
+    def _debate(self, rows: list[int]) -> None:
+        listed = self._ask("debate/plans", rows, [self._prefix(i) + P.DEBATE for i in rows])
+        plans = {i: P.parse_plans(t) for i, t in zip(rows, listed)}
+        listing = {i: "\n".join(f"Plan{k + 1}: {p}" for k, p in enumerate(plans[i])) for i in rows}
+        verdicts = self._ask("debate/aggregate", rows,
+                             [self._prefix(i) + P.AGGREGATE.format(plans=listing[i]) for i in rows])
+        best = {i: plans[i][P.parse_best_plan(v, len(plans[i]))] for i, v in zip(rows, verdicts)}
+        steps = self._ask("debate/step", rows, [self._prefix(i) + P.FOLLOW_PLAN.format(plan=best[i]) for i in rows])
+        for i, s in zip(rows, steps):
+            self.episodes[i].steps.append(self._clean(s))
+
+    def _terminate(self, rows: list[int], reward: np.ndarray) -> None:
+        prompts = [self._prefix(i) + P.TERMINATE.format(format=FORMAT_INSTRUCTIONS[self.episodes[i].problem.kind])
+                   for i in rows]
+        for i, text in zip(rows, self._ask("terminate", rows, prompts)):
+            e = self.episodes[i]
+            e.answer_text = text
+            e.answer = extract_answer(e.problem.kind, text)
+            e.correct = is_correct(e.problem.kind, e.answer, e.problem.gold)
+            e.done = True
+            reward[i] = float(e.correct)
+
+
+def rollout(env: ThoughtEnv, choose: Callable[[np.ndarray], np.ndarray], problems: Sequence[Problem]) -> list[Episode]:
+    """Runs one episode per problem to the end with `choose(obs_Nx7) -> actions int[N]` (e.g. a greedy navigator)."""
+    obs = env.reset_problems(problems)
+    done = np.zeros((len(problems),), bool)
+    for _ in range(2 * env.max_depth + 2):  # every step either ends a row or adds one block
+        if done.all():
+            break
+        obs, _, done = env.step(np.asarray(choose(obs), np.int32))
+    if not done.all():
+        raise RuntimeError("rollout: episodes still running past the depth limit (environment bug)")
+    return list(env.episodes)

@@ -1,0 +1,134 @@
+"""The batched RL-of-Thoughts environment: one LLM call per block stage for all episodes, N = 16 equal to N = 1."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from reasoner.agents.rlot import prompts as P
+from reasoner.agents.rlot.env import DEBATE, DECOMPOSE, REASON, REFINE, TERMINATE, ThoughtEnv
+from reasoner.agents.rlot.llm import CountingLM, Generation
+from reasoner.agents.rlot.prm import VerifierPRM, arithmetic_check
+from reasoner.tasks.reasoning import Problem
+
+
+def _h(text: str) -> int:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+class RuleLM:
+    """A deterministic stand-in LLM: each reply is a function of its prompt alone (like greedy decoding)."""
+
+    calls = 0
+
+    def generate(self, prompts, *, max_new_tokens=None):
+        self.calls += 1
+        out = []
+        for p in prompts:
+            h = _h(p)
+            if p.endswith(P.EVALUATE):
+                text = "\n".join(f"{k} score=[{(h >> j) % 4}] reason=[r]" for j, k in enumerate(P.SCORE_KEYS))
+                text = "I cannot judge this." if h % 7 == 0 else text  # some replies are unparseable
+            elif p.endswith(P.CHECK_FINISHED):
+                text = "Yes." if h % 4 == 0 else "No."
+            elif p.endswith(P.DECOMPOSE):
+                text = "".join(f"### Subtask{k + 1}: part {k} of {h % 97}\n" for k in range(1 + h % 3))
+            elif p.endswith(P.DEBATE):
+                text = "### Plan1: add\n### Plan2: multiply\n### Plan3: guess"
+            elif "most promising plan" in p:
+                text = f"The most promising plan is Plan{1 + h % 3}: because"
+            elif "final answer to the problem. End" in p:
+                text = f"The answer is {h % 3}."
+            else:
+                text = f"{h % 10} + 1 = {h % 10 + 1 + (h % 2)}"  # half of the steps are wrong arithmetic
+            out.append(Generation(text=text, prompt_tokens=len(p.split()), completion_tokens=len(text.split())))
+        return out
+
+
+PROBLEMS = [Problem(id=f"p{i}", task="toy", question=f"What is {i} mod 3?", gold=str(i % 3), kind="number")
+            for i in range(16)]
+# four steps of actions per episode: every block appears, Refine first in some rows (it must run Reason)
+SCRIPT = np.array([[(i + s) % 5 if s else (3 if i % 4 == 0 else i % 5) for s in range(4)] for i in range(16)]) 
+SCRIPT[:, -1] = TERMINATE
+
+
+def _run(lm, problems, script, *, prm=None, max_depth=3):
+    env = ThoughtEnv(lm, problems, prm=prm, max_depth=max_depth, max_width=3)
+    env.reset_problems(problems)
+    trace = []
+    for s in range(script.shape[1]):
+        before = lm.calls
+        obs, reward, done = env.step(script[:, s])
+        trace.append((obs, reward, done, lm.calls - before))
+    return env, trace
+
+
+def test_sixteen_episodes_make_one_call_per_block_stage():
+    lm = CountingLM(RuleLM())
+    env = ThoughtEnv(lm, PROBLEMS, prm=VerifierPRM(arithmetic_check), max_depth=3, max_width=3)
+    env.reset_problems(PROBLEMS)
+    assert lm.batch_sizes == [16] and env.stage_log == [("evaluate", list(range(16)))]
+    for s in range(SCRIPT.shape[1]):
+        active = [i for i, e in enumerate(env.episodes) if not e.done]
+        n_blocks = {i: len(env.episodes[i].blocks) for i in active}
+        calls_before, log_before = lm.calls, len(env.stage_log)
+        env.step(SCRIPT[:, s])
+        stages = env.stage_log[log_before:]
+        names = [name for name, _ in stages]
+        assert lm.calls - calls_before == len(stages)  # every LLM call is one logged stage ...
+        assert len(set(names)) == len(names)  # ... and no stage is called twice in a step
+        chosen = {i: env.episodes[i].blocks[n_blocks[i]] for i in active}  # after the Refine-first rule
+        rows = dict(stages)
+        for block, first_stage in ((REASON, "reason"), (DECOMPOSE, "decompose/list"), (DEBATE, "debate/plans"),
+                                   (REFINE, "refine")):
+            wanted = [i for i in active if chosen[i] == block]
+            assert rows.get(first_stage, []) == wanted, (s, first_stage)
+        for later in ("decompose/summary",):
+            assert rows.get(later, []) == rows.get("decompose/list", [])
+        for later in ("debate/aggregate", "debate/step"):
+            assert rows.get(later, []) == rows.get("debate/plans", [])
+        ended = [i for i in active if env.episodes[i].done]
+        assert rows.get("terminate", []) == ended
+        assert rows.get("evaluate", []) == [i for i in active if not env.episodes[i].done]
+        subtask_stages = sorted(n for n in names if n.startswith("decompose/subtask"))
+        assert subtask_stages == [f"decompose/subtask{k + 1}" for k in range(len(subtask_stages))]
+    assert all(e.done for e in env.episodes)
+    assert all(e.blocks[0] != REFINE for e in env.episodes)  # Refine first ran Reason
+    assert sum(SCRIPT[:, 0] == REFINE) == 6 and sum(e.blocks[0] == REASON for e in env.episodes) == 6 + 3
+    assert 0 < env.unparsed_states < env.evaluated_states
+    assert env.prm.calls >= 1
+
+
+def _episode_key(e):
+    return (e.steps, e.blocks, [s.tolist() for s in e.states], e.rewards, e.answer_text, e.correct,
+            e.llm_calls, e.prompt_tokens, e.completion_tokens)
+
+
+def test_sixteen_episodes_equal_sixteen_single_runs():
+    lm = RuleLM()
+    env16, trace16 = _run(lm, PROBLEMS, SCRIPT, prm=VerifierPRM(arithmetic_check))
+    for i, p in enumerate(PROBLEMS):
+        env1, trace1 = _run(RuleLM(), [p], SCRIPT[i:i + 1], prm=VerifierPRM(arithmetic_check))
+        assert _episode_key(env1.episodes[0]) == _episode_key(env16.episodes[i])
+        for (o16, r16, d16, _), (o1, r1, d1, _) in zip(trace16, trace1):
+            np.testing.assert_array_equal(o16[i], o1[0])
+            assert r16[i] == r1[0] and d16[i] == d1[0]
+
+
+def test_done_rows_stay_done_and_bad_actions_are_rejected():
+    env, trace = _run(RuleLM(), PROBLEMS[:2], np.array([[TERMINATE, REASON], [TERMINATE, DEBATE]]))
+    (_, r0, d0, _), (_, r1, d1, calls) = trace
+    assert d0.all() and d1.all() and (r1 == 0).all() and calls == 0
+    assert [len(e.blocks) for e in env.episodes] == [1, 1]
+    env.reset_problems(PROBLEMS[:2])
+    with pytest.raises(ValueError, match="action 7 for episode 1"):
+        env.step([0, 7])
+    with pytest.raises(ValueError, match="3 actions for 2 episodes"):
+        env.step([0, 0, 0])
+
+
+def test_depth_limit_forces_the_answer():
+    script = np.full((4, 3), REASON)
+    env, trace = _run(RuleLM(), PROBLEMS[:4], script, max_depth=2)
+    for e in env.episodes:
+        assert e.done and e.blocks[-1] == TERMINATE and e.depth <= 2 and e.answer_text is not None
