@@ -75,21 +75,45 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def _kind(value: Any) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        type(value), "a list like [a, b]" if isinstance(value, (list, tuple)) else type(value).__name__)
+
+
 def _coerce(key: str, old: Any, new: Any) -> Any:
-    """Keeps the type of the existing value where the conversion is lossless (int -> float, list -> tuple)."""
+    """`new` as the type of the existing value `old`, where the conversion is lossless; else ValueError naming both.
+
+    int -> float; an integral float -> int (`8.0` for an int key); list -> tuple; numbers -> str for a string key.
+    A fractional number for an integer key (`batch_size=2.5`), a list for a number, a number for a list, or a value
+    for a whole section are errors. An old value of None takes anything (the config does not say what it wants).
+    """
     if old is None or new is None:
         return new
+    wrong = ValueError(f"--config.{key}={new!r}: expected {_kind(old)} (the config's value is {old!r})")
+    if isinstance(old, ml_collections.ConfigDict):
+        raise ValueError(f"--config.{key}={new!r}: {key!r} is a section; set one of its keys "
+                         f"({', '.join(sorted(old.keys())[:6])}...)")
     if isinstance(old, bool):
         if not isinstance(new, bool):
             raise ValueError(f"--config.{key}={new!r}: expected true or false")
         return new
-    if isinstance(old, float) and isinstance(new, int) and not isinstance(new, bool):
+    if isinstance(old, int):
+        if isinstance(new, float) and new.is_integer():
+            return int(new)
+        if isinstance(new, bool) or not isinstance(new, int):
+            raise wrong
+        return new
+    if isinstance(old, float):
+        if isinstance(new, bool) or not isinstance(new, (int, float)):
+            raise wrong
         return float(new)
-    if isinstance(old, tuple) and isinstance(new, list):
-        return tuple(new)
-    if isinstance(old, (int, float)) and isinstance(new, str):
-        raise ValueError(f"--config.{key}={new!r}: expected a {type(old).__name__}")
+    if isinstance(old, (tuple, list)):
+        if not isinstance(new, (list, tuple)):
+            raise wrong
+        return tuple(new) if isinstance(old, tuple) else list(new)
     if isinstance(old, str) and not isinstance(new, str):
+        if isinstance(new, (list, tuple, dict)):
+            raise wrong
         return str(new)
     return new
 

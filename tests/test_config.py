@@ -61,7 +61,7 @@ def test_unknown_key_lists_near_matches():
 
 def test_bad_override_values_and_specs():
     config = load_config(str(CONFIGS / "sft_astar.py"))
-    with pytest.raises(ValueError, match="expected a int"):
+    with pytest.raises(ValueError, match="expected an integer"):
         apply_overrides(config, ["--config.train.batch_size=four"])
     with pytest.raises(ValueError, match="expected true or false"):
         apply_overrides(config, ["--config.data.packing=3"])
