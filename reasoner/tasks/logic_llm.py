@@ -1,9 +1,11 @@
-"""ProofWriter, FOLIO and ProntoQA in the Logic-LLM json format: loading, prompts and `check_correct`.
+"""The Logic-LLM json format (ProofWriter, FOLIO, ProntoQA, AR-LSAT, LogicalDeduction): loading, prompts, checking.
 
-A record is {"id", "context", "question", "options": ["A) True", ...], "answer": "A"}; the option
-labels are True/False (ProntoQA), True/False/Uncertain (FOLIO) or True/False/Unknown (ProofWriter).
-`check_correct` reads a free-text or `finish` answer: an option letter ("B", "(B)", "B) False",
-"Answer: B") or a label word ("False", "uncertain"; Unknown and Uncertain are the same answer).
+A record is {"id", "context", "question", "options": ["A) True", ...], "answer": "A"}. The option labels are
+True/False (ProntoQA), True/False/Uncertain (FOLIO), True/False/Unknown (ProofWriter), or free statements: five
+schedules or claims A-E (AR-LSAT), three, five or seven orderings A-G (LogicalDeduction).
+`check_correct` reads a free-text or `finish` answer: an option letter ("B", "(B)", "B) False", "Answer: B"), a
+label word for the truth-value sets ("False", "uncertain"; Unknown and Uncertain are the same answer), or, for
+statement options, the full text of exactly one option. `<think>` blocks are ignored.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ FILES = {
     "proofwriter": "proofwriter/logic_llm_owa_d5_dev.json",
     "folio": "folio/logic_llm_dev.json",
     "prontoqa": "prontoqa/logic_llm_dev.json",
+    "arlsat": "arlsat/test.json",
+    "logicaldeduction": "logicaldeduction/dev.json",
 }
+_FIELDS = ("id", "context", "question", "options", "answer")
 _SYNONYMS = {"true": "true", "yes": "true", "false": "false", "no": "false", "unknown": "unknown",
              "uncertain": "unknown", "undetermined": "unknown", "cannot be determined": "unknown"}
 
@@ -32,7 +37,8 @@ negation of the statement: unsat means it is entailed. Check both directions bef
 
 @dataclasses.dataclass(frozen=True)
 class LogicProblem:
-    """One question. `labels[letter]` is the normalised option label: true, false or unknown."""
+    """One question. `labels[letter]` is the normalised option label: true, false or unknown for the truth-value
+    sets; the option's text, lower-cased, for statement options."""
 
     id: str
     dataset: str
@@ -51,20 +57,66 @@ class LogicProblem:
 
 
 def load_problems(data_root: str | pathlib.Path, dataset: str, *, limit: int | None = None) -> list[LogicProblem]:
-    """Problems of `dataset` (proofwriter, folio, prontoqa) from the Logic-LLM files under `data_root`."""
+    """Problems of `dataset` (one of `FILES`) from the Logic-LLM files under `data_root` (`../shared/data`)."""
     if dataset not in FILES:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {sorted(FILES)}")
-    path = pathlib.Path(data_root) / FILES[dataset]
-    records = json.loads(path.read_text())
+    return load_file(pathlib.Path(data_root) / FILES[dataset], dataset=dataset, limit=limit)
+
+
+def load_file(path: str | pathlib.Path, *, dataset: str | None = None, limit: int | None = None) -> list[LogicProblem]:
+    """Problems from any file in the Logic-LLM format: a JSON list of records (or JSON lines of them).
+
+    `dataset` names them (default: the file's stem). Raises ValueError naming the file and the record (its id, or
+    its 0-based position) when a record lacks a field, has options not of the form "X) text", or an answer that is
+    not one of its option letters.
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such Logic-LLM file (expected a JSON list of {{{', '.join(_FIELDS)}}})")
+    text = path.read_text(encoding="utf-8")
+    try:
+        records = json.loads(text) if text.lstrip().startswith("[") else [
+            json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not JSON ({err.msg} at line {err.lineno}); expected a JSON list of records") from None
     problems = []
-    for record in records[:limit]:
-        missing = {"id", "context", "question", "options", "answer"} - set(record)
+    for i, record in enumerate(records[:limit]):
+        where = f"{path}: record {record.get('id', i) if isinstance(record, dict) else i}"
+        if not isinstance(record, dict):
+            raise ValueError(f"{where}: expected an object with {', '.join(_FIELDS)}")
+        missing = set(_FIELDS) - set(record)
         if missing:
-            raise ValueError(f"{path}: record {record.get('id', '?')} lacks fields {sorted(missing)}")
-        problems.append(LogicProblem(id=record["id"], dataset=dataset, context=record["context"].strip(),
-                                     question=record["question"].strip(), options=tuple(record["options"]),
-                                     answer=record["answer"].strip()))
+            raise ValueError(f"{where} lacks fields {sorted(missing)}")
+        options = tuple(str(o) for o in record["options"])
+        letters = [o.partition(")")[0].strip() for o in options]
+        if not options or not all(len(x) == 1 and x.isalpha() and x.isupper() for x in letters):
+            raise ValueError(f"{where}: options {list(options)[:3]}... are not of the form 'A) text'")
+        answer = str(record["answer"]).strip()
+        if answer not in letters:
+            raise ValueError(f"{where}: answer {answer!r} is not one of the option letters {letters}")
+        problems.append(LogicProblem(id=str(record["id"]), dataset=dataset or path.stem,
+                                     context=str(record["context"]).strip(), question=str(record["question"]).strip(),
+                                     options=options, answer=answer))
     return problems
+
+
+def strip_think(text: str) -> str:
+    """`text` without its `<think>...</think>` blocks (an unclosed one runs to the end); one left-to-right scan."""
+    out, pos = [], 0
+    while True:
+        start = text.find("<think>", pos)
+        if start < 0:
+            out.append(text[pos:])
+            return " ".join(out)
+        out.append(text[pos:start])
+        end = text.find("</think>", start + 7)
+        if end < 0:
+            return " ".join(out)
+        pos = end + 8
+
+
+def _normalise(text: str) -> str:
+    return " ".join("".join(c.lower() if c.isalnum() else " " for c in text).split())
 
 
 def render_prompt(problem: LogicProblem) -> str:
@@ -84,7 +136,7 @@ def extract_answer(text: str | None, problem: LogicProblem) -> str | None:
         return None
     labels = problem.labels
     letters = "".join(labels)
-    body = re.sub(r"<think>.*?</think>", " ", text, flags=re.DOTALL).strip()
+    body = strip_think(text).strip()
     stripped = body.strip(" .*`'\"")
     if stripped.upper() in labels:
         return stripped.upper()
@@ -102,6 +154,16 @@ def extract_answer(text: str | None, problem: LogicProblem) -> str | None:
     distinct = {letter for _, letter in mentioned}
     if len(distinct) == 1:
         return distinct.pop()
+    if not distinct and not set(labels.values()) <= set(_SYNONYMS.values()):
+        # statement options (AR-LSAT, LogicalDeduction): the full text of exactly one option
+        # ("one Russian novel" is inside "one Russian novel, one Russian play": an option named only as part of a
+        # longer option that is named too does not count)
+        said = _normalise(body)
+        named = {letter: _normalise(label) for letter, label in labels.items()
+                 if _normalise(label) and _normalise(label) in said}
+        outer = [x for x, t in named.items() if not any(t != u and t in u for u in named.values())]
+        if len(outer) == 1:
+            return outer[0]
     return None
 
 
