@@ -2,25 +2,59 @@
 
 `make_mesh(spec)` builds a `jax.sharding.Mesh` with axes `data, fsdp, tensor` from
 `[(name, size), ...]` or `"fsdp=4,tensor=2"`; one size may be -1 (the rest of the devices);
-axes left out get size 1; no spec means `fsdp=-1`. `logical_sharding(axes, shape, mesh)` turns logical axis names (see
-`configs/sharding_rules.py`) into a `NamedSharding`; `state_shardings(state, mesh)` does it for every
-`nnx.Param` carrying `logical_axes` metadata (what `reasoner.models` creates).
+axes left out get size 1; no spec means `fsdp=-1`. The device grid comes from
+`jax.experimental.mesh_utils`: `create_device_mesh` on one process/slice (axes follow the TPU
+torus or the GPU numbering), `create_hybrid_device_mesh` when the devices span several slices
+(TPU multislice) or several processes (multi-host GPU/CPU), with the slow (DCN) factor put on
+the outermost axes (`data`, then `fsdp`) so `tensor` stays inside one host.
+
+`logical_spec(axes, shape, mesh, rules=...)` turns logical axis names into a `PartitionSpec`
+through a rules table `((logical, mesh_axes), ...)`; `state_shardings(state, mesh, rules=...)`
+does it for every `nnx.Param` carrying `logical_axes` metadata (what `reasoner.models` creates).
+A mesh axis of size > 1 that does not divide its dimension is a `ShardingError` naming the
+value's path, the dimension and the axis: nothing is replicated silently (choose another mesh,
+or map that logical axis to None in the table).
+
+The rules come from the caller: the project's table is `configs/sharding_rules.RULES` (a config
+may carry its own as `config.sharding_rules`); this module never imports `configs`.
+`DEFAULT_RULES` below is that table's starting point and what library code falls back on when
+its caller passes none (`rules=None`).
 """
 
 from __future__ import annotations
 
+import collections
 import math
 from typing import Sequence
 
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from configs.sharding_rules import MESH_AXES, RULES
+MESH_AXES = ("data", "fsdp", "tensor")  # outermost (least communication) to innermost
+
+Rules = Sequence[tuple[str, "str | tuple[str, ...] | None"]]
+DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
+    ("batch", ("data", "fsdp")),
+    ("seq", None),
+    ("cache_seq", None),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("mlp", "tensor"),
+    ("vocab", "tensor"),
+    ("lora_rank", None),
+)
 
 
 class MeshError(ValueError):
     """The requested mesh cannot be laid out on the available devices."""
+
+
+class ShardingError(ValueError):
+    """A mesh axis does not divide the dimension a rule maps it to."""
 
 
 def parse_mesh_spec(spec: str | Sequence[tuple[str, int]] | None) -> list[tuple[str, int]]:
@@ -49,6 +83,38 @@ def parse_mesh_spec(spec: str | Sequence[tuple[str, int]] | None) -> list[tuple[
     return [(name, given.get(name, 1)) for name in MESH_AXES]
 
 
+def _granules(devices: Sequence[jax.Device]) -> tuple[str | None, int]:
+    """('slice_index' | 'process_index' | None, count): the slow-network units the devices fall into."""
+    for attr in ("slice_index", "process_index"):
+        keys = {getattr(d, attr, None) for d in devices}
+        if None not in keys and len(keys) > 1:
+            return attr, len(keys)
+    return None, 1
+
+
+def _dcn_split(sizes: Sequence[int], granules: int) -> list[int] | None:
+    """Per-axis DCN factors (product `granules`), taken from the outermost axes first; None if impossible."""
+    dcn, left = [], granules
+    for size in sizes:
+        factor = math.gcd(size, left)
+        dcn.append(factor)
+        left //= factor
+    return dcn if left == 1 else None
+
+
+def device_grid(sizes: Sequence[int], devices: Sequence[jax.Device]) -> np.ndarray:
+    """Devices laid out as an array of shape `sizes`, topology-aware (see the module docstring)."""
+    attr, count = _granules(devices)
+    dcn = _dcn_split(sizes, count) if attr else None
+    if dcn is not None:
+        ici = [s // d for s, d in zip(sizes, dcn)]
+        per_granule = collections.Counter(getattr(d, attr) for d in devices)
+        if len(set(per_granule.values())) == 1:
+            return mesh_utils.create_hybrid_device_mesh(
+                ici, dcn, devices, process_is_granule=attr == "process_index", allow_split_physical_axes=True)
+    return mesh_utils.create_device_mesh(sizes, devices, allow_split_physical_axes=True)
+
+
 def make_mesh(spec=None, *, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A mesh over all (or the given) devices; the product of sizes must equal the device count."""
     devices = list(devices if devices is not None else jax.devices())
@@ -64,51 +130,59 @@ def make_mesh(spec=None, *, devices: Sequence[jax.Device] | None = None) -> Mesh
             f"mesh {dict(pairs)} needs {total} devices but {len(devices)} are available; "
             f"sizes must multiply to the device count (use -1 for one axis to take the rest)"
         )
-    grid = np.asarray(devices, dtype=object).reshape([s for _, s in pairs])
+    grid = device_grid([s for _, s in pairs], devices)
     return Mesh(grid, tuple(n for n, _ in pairs))
 
 
-def logical_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules=RULES) -> PartitionSpec:
-    """PartitionSpec for a value with logical `axes`; skips size-1 axes, axes already used, and
-    mesh axes that do not divide the dimension (replicating it instead)."""
-    table = dict(rules)
+def logical_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules: Rules | None = None, *,
+                 path: str = "value") -> PartitionSpec:
+    """PartitionSpec for a value of `shape` whose dimensions carry logical `axes`.
+
+    Each logical name maps through `rules` to mesh axes; size-1 mesh axes and axes an earlier
+    dimension already took are skipped. Raises ShardingError naming `path` when a remaining mesh
+    axis does not divide its dimension, and KeyError for a logical name the table lacks.
+    """
+    table = dict(DEFAULT_RULES if rules is None else rules)
+    if len(axes) != len(shape):
+        raise ShardingError(f"{path}: {len(axes)} logical axes {tuple(axes)} for a value of shape {tuple(shape)}")
     used: set[str] = set()
     out = []
-    for name, dim in zip(axes, shape):
-        target = table.get(name) if name is not None else None
+    for i, (name, dim) in enumerate(zip(axes, shape)):
         if name is not None and name not in table:
-            raise KeyError(f"logical axis {name!r} has no entry in configs/sharding_rules.py RULES")
+            raise KeyError(f"{path}: logical axis {name!r} has no entry in the sharding rules "
+                           f"(configs/sharding_rules.py RULES); known: {sorted(table)}")
+        target = table.get(name) if name is not None else None
         mesh_axes = [target] if isinstance(target, str) else list(target or ())
-        chosen = []
-        for ax in mesh_axes:
-            size = mesh.shape[ax]
-            if size == 1 or ax in used:
-                continue
-            if dim % (math.prod(mesh.shape[a] for a in chosen) * size):
-                continue
-            chosen.append(ax)
+        chosen = [ax for ax in mesh_axes if mesh.shape[ax] > 1 and ax not in used]
+        split = math.prod(mesh.shape[a] for a in chosen)
+        if dim % split:
+            bad = next(a for a in chosen if dim % math.prod(mesh.shape[b] for b in chosen[:chosen.index(a) + 1]))
+            raise ShardingError(
+                f"{path}: dimension {i} ({name!r}, size {dim}) is not divisible by mesh axis {bad!r} "
+                f"(mesh {dict(mesh.shape)}, {name!r} -> {'x'.join(chosen)} = {split}); choose a mesh whose "
+                f"{bad!r} size divides {dim}, or map {name!r} to None in the sharding rules")
         used.update(chosen)
         out.append(None if not chosen else chosen[0] if len(chosen) == 1 else tuple(chosen))
     return PartitionSpec(*out)
 
 
-def logical_sharding(axes, shape, mesh: Mesh, rules=RULES) -> NamedSharding:
-    return NamedSharding(mesh, logical_spec(axes, shape, mesh, rules))
+def logical_sharding(axes, shape, mesh: Mesh, rules: Rules | None = None, *, path: str = "value") -> NamedSharding:
+    return NamedSharding(mesh, logical_spec(axes, shape, mesh, rules, path=path))
 
 
-def state_shardings(state, mesh: Mesh, rules=RULES):
+def state_shardings(state, mesh: Mesh, rules: Rules | None = None):
     """A pytree like `state` (an nnx.State of Variables) with a NamedSharding per leaf;
-    leaves without `logical_axes` metadata are replicated."""
+    leaves without `logical_axes` metadata are replicated. Errors name the parameter's path."""
     from flax import nnx
 
-    def one(var):
+    def one(path, var):
         axes = var.get_metadata().get("logical_axes") if isinstance(var, nnx.Variable) else None
         shape = var.shape if hasattr(var, "shape") else var[...].shape
         if axes is None:
             return NamedSharding(mesh, PartitionSpec())
-        return logical_sharding(axes, shape, mesh, rules)
+        return logical_sharding(axes, shape, mesh, rules, path=jax.tree_util.keystr(path, simple=True, separator="."))
 
-    return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return jax.tree_util.tree_map_with_path(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -10,7 +10,13 @@ rows carry no completion tokens raises `NoCompletionTokensError`.
 each epoch is a grain `MapDataset` over the rows, shuffled with seed `seed + epoch` and batched
 with `drop_remainder`. Its whole state is `{"step": n}` (batches served so far), so restoring it
 from a checkpoint reproduces the exact batch sequence. `to_global_batch` places a host batch on
-the mesh with the row axis split over the data axes.
+the mesh with the row axis split over the mesh axes the sharding rules give the logical `batch` axis.
+
+Across processes every process builds the same iterator (same rows, same seed) and so holds the
+whole global batch; `to_global_batch` hands each device only its rows
+(`jax.make_array_from_callback` asks for the addressable shards alone), so a 2-process job and a
+1-process job over the same mesh see identical global arrays. Tokenizing on every process costs
+host time, not correctness; at these data sizes that is cheaper than a cross-process exchange.
 """
 
 from __future__ import annotations
@@ -24,10 +30,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from reasoner.data.packing import pack_documents, pad_documents
+from reasoner.sharding import DEFAULT_RULES, Rules
 
 OVERFLOW_MODES = ("truncate", "drop")
-# Mesh axes the batch rows are split over (the rest of the mesh holds model shards).
-BATCH_AXES = ("data", "fsdp")
 
 
 class NoCompletionTokensError(ValueError):
@@ -238,24 +243,30 @@ def eval_batches(rows: dict[str, np.ndarray], *, batch_size: int) -> list[dict[s
     return out
 
 
-def batch_sharding(mesh: Mesh, *, ndim: int) -> NamedSharding:
-    """Sharding of an [A, B, ...] batch leaf: rows over the mesh's data axes, the rest replicated."""
-    axes = tuple(a for a in BATCH_AXES if a in mesh.shape and mesh.shape[a] > 1)
+def batch_axes(mesh: Mesh, rules: Rules | None = None) -> tuple[str, ...]:
+    """Mesh axes (size > 1) the rows of a batch are split over: the rules' entry for logical `batch`."""
+    target = dict(DEFAULT_RULES if rules is None else rules).get("batch")
+    names = (target,) if isinstance(target, str) else tuple(target or ())
+    return tuple(a for a in names if a in mesh.shape and mesh.shape[a] > 1)
+
+
+def batch_sharding(mesh: Mesh, *, ndim: int, rules: Rules | None = None) -> NamedSharding:
+    """Sharding of an [A, B, ...] batch leaf: rows over the mesh's batch axes, the rest replicated."""
+    axes = batch_axes(mesh, rules)
     row_spec = axes if len(axes) > 1 else (axes[0] if axes else None)
     return NamedSharding(mesh, PartitionSpec(None, row_spec, *([None] * (ndim - 2))))
 
 
-def to_global_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+def to_global_batch(batch: dict[str, np.ndarray], mesh: Mesh, *, rules: Rules | None = None) -> dict[str, jax.Array]:
     """Host batch (every process holds the full global batch) -> global arrays laid out over the mesh."""
+    axes = batch_axes(mesh, rules)
+    split = int(np.prod([mesh.shape[a] for a in axes]))
     out = {}
     for key, value in batch.items():
-        sharding = batch_sharding(mesh, ndim=value.ndim)
-        parts = sharding.mesh.shape
-        split = int(np.prod([parts[a] for a in BATCH_AXES if a in parts]))
+        sharding = batch_sharding(mesh, ndim=value.ndim, rules=rules)
         if value.shape[1] % split:
             raise ValueError(
-                f"batch field {key!r} has {value.shape[1]} rows per micro-batch, which the mesh's data axes "
-                f"(data x fsdp = {split}) do not divide; expected train.batch_size to be a multiple of {split}")
+                f"batch field {key!r} has {value.shape[1]} rows per micro-batch, which the mesh's batch axes "
+                f"({' x '.join(axes)} = {split}) do not divide; expected train.batch_size to be a multiple of {split}")
         out[key] = jax.make_array_from_callback(value.shape, sharding, lambda idx, v=value: v[idx])
     return out
-
