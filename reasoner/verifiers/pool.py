@@ -8,10 +8,17 @@ spawn and forkserver both re-import the parent's `__main__`, which in a trainer 
 
 Per call the pool enforces
   * a wall-clock deadline: SIGTERM to the worker's process group, SIGKILL after `term_grace_s`;
-  * a memory cap: the worker's resident set may grow at most `memory_mb` above its idle size
-    (polled every `poll_s`; RLIMIT_AS at `address_space_mb` is the hard backstop);
+  * an absolute memory cap: the worker's resident set may not exceed `memory_mb + rss_allowance_mb`
+    (the allowance is a fixed share for the interpreter, never the worker's measured size, so a
+    worker's history does not change a call's fate; polled every `poll_s`; RLIMIT_AS at
+    `address_space_mb` is the hard backstop), and a worker whose resident set after a call grew
+    more than `recycle_growth_mb` above its start is recycled, so every call starts near fresh;
   * crash isolation: a worker that dies fails only its own call and is replaced;
-and it recycles a worker after `max_tasks_per_worker` calls. The queue in front of the workers is
+and it recycles a worker after `max_tasks_per_worker` calls. With `isolate` "strict" (or "auto"
+where `unshare` works) each worker runs in the code sandbox's jail (`sandbox_child.lock_down`:
+namespaces, host directories hidden, read-only `/`, private /tmp, uid nobody, seccomp), with the
+interpreter, its packages and the repository exposed read-only; for tasks that never start
+processes themselves (Z3), not for the code sandbox, which builds its own jail per test. The queue in front of the workers is
 bounded: `submit` blocks (or raises `queue.Full` with `block=False`) when it is full.
 
 Counters (`stats()`): calls, ok, errors, timeouts, memory_kills, crashes, recycled, restarts and
@@ -38,6 +45,7 @@ from typing import Any
 from reasoner.verifiers import worker as wire
 
 OUTCOMES = ("ok", "error", "timeout", "memory", "crash")
+ISOLATION_MODES = ("off", "auto", "strict")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -55,6 +63,22 @@ class PoolConfig:
     poll_s: float = 0.01
     address_space_mb: int = 8192
     start_timeout_s: float = 60.0
+    rss_allowance_mb: int = 128
+    recycle_growth_mb: int = 64
+    isolate: str = "off"
+
+    def __post_init__(self):
+        for name in ("workers", "memory_mb", "max_tasks_per_worker", "queue_size", "rss_allowance_mb",
+                     "recycle_growth_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"PoolConfig.{name} must be an int >= 1, got {value!r}")
+        for name in ("deadline_s", "term_grace_s", "poll_s", "start_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"PoolConfig.{name} must be a number > 0, got {value!r}")
+        if self.isolate not in ISOLATION_MODES:
+            raise ValueError(f"PoolConfig.isolate must be one of {ISOLATION_MODES}, got {self.isolate!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +140,20 @@ def descendant_pids(root_pid: int | None = None) -> set[int]:
     return found
 
 
+def _jailed_pid(unshare_pid: int) -> int:
+    """The worker inside `unshare --fork`: the grandchild (its parent is the namespace's reaper)."""
+    descendants = descendant_pids(unshare_pid)
+    inner = []
+    for pid in descendants:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != unshare_pid:
+                    inner.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return min(inner) if inner else unshare_pid
+
+
 def resident_bytes(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/statm") as f:
@@ -127,14 +165,19 @@ def resident_bytes(pid: int) -> int:
 class _Worker:
     """One worker process and its pipes; used by exactly one pool thread."""
 
-    def __init__(self, config: PoolConfig):
+    def __init__(self, config: PoolConfig, *, jailed: bool = False):
         self.config = config
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
         env.pop("PYTHONSTARTUP", None)
+        env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="-1", TPU_VISIBLE_DEVICES="")  # defence in depth
+        command = [sys.executable, "-m", "reasoner.verifiers.worker", str(config.address_space_mb)]
+        if jailed:
+            from reasoner.verifiers.sandbox import NAMESPACE_PREFIX
+
+            command = [*NAMESPACE_PREFIX, *command, "--jail"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "reasoner.verifiers.worker", str(config.address_space_mb)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, start_new_session=True, close_fds=True,
         )
         self.tasks_done = 0
@@ -142,7 +185,9 @@ class _Worker:
         if not isinstance(hello, dict) or not hello.get("ok"):
             self.kill()
             raise RuntimeError(f"verifier worker failed to start (got {hello!r})")
-        self.pid = self.proc.pid
+        self.jailed = jailed
+        self.layers = hello.get("layers") or {}
+        self.pid = _jailed_pid(self.proc.pid) if jailed else self.proc.pid
         self.idle_rss = resident_bytes(self.pid)
 
     def _read(self, *, deadline: float, memory_limit: int | None = None):
@@ -156,7 +201,7 @@ class _Worker:
             if ready:
                 frame = wire.read_frame(self.proc.stdout)
                 return "crash" if frame is None else frame
-            if memory_limit is not None and resident_bytes(self.proc.pid) > memory_limit:
+            if memory_limit is not None and resident_bytes(self.pid) > memory_limit:
                 return "memory"
 
     def call(self, request: bytes, *, deadline_s: float, memory_mb: int):
@@ -165,8 +210,12 @@ class _Worker:
             wire.write_bytes(self.proc.stdin, request)
         except (BrokenPipeError, OSError):
             return "crash"
-        limit = self.idle_rss + memory_mb * 1024 * 1024
+        limit = (memory_mb + self.config.rss_allowance_mb) * 1024 * 1024  # absolute, see the module docstring
         return self._read(deadline=time.monotonic() + deadline_s, memory_limit=limit)
+
+    def bloated(self) -> bool:
+        """Whether freed memory stayed resident (glibc, Z3's allocator) beyond `recycle_growth_mb`."""
+        return resident_bytes(self.pid) > self.idle_rss + self.config.recycle_growth_mb * 1024 * 1024
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -193,13 +242,14 @@ class VerifierPool:
 
     def __init__(self, config: PoolConfig | None = None, **overrides):
         self.config = dataclasses.replace(config or PoolConfig(), **overrides)
-        if self.config.workers < 1:
-            raise ValueError(f"workers must be >= 1, got {self.config.workers}")
+        self.jailed = self._resolve_isolation(self.config.isolate)
         self._queue: queue.Queue = queue.Queue(maxsize=self.config.queue_size)
         self._lock = threading.Lock()
         self._counts = collections.Counter()
         self._latency_s: collections.deque = collections.deque(maxlen=20000)
         self._pids: dict[int, int] = {}
+        self._layers: dict = {}
+        self._launchers: dict[int, int] = {}
         self._closed = False
         self._spawn_error = ""
         self._next_id = 0
@@ -252,6 +302,12 @@ class VerifierPool:
         with self._lock:
             return sorted(self._pids.values())
 
+    def worker_processes(self) -> set[int]:
+        """Every process of the live workers: with a jail, its `unshare` and reaper as well."""
+        with self._lock:
+            launchers = set(self._launchers.values())
+        return launchers.union(*(descendant_pids(pid) for pid in launchers))
+
     def stats(self) -> dict:
         with self._lock:
             counts = dict(self._counts)
@@ -279,9 +335,31 @@ class VerifierPool:
     def __exit__(self, *exc):
         self.close()
 
+    @staticmethod
+    def _resolve_isolation(mode: str) -> bool:
+        if mode == "off":
+            return False
+        from reasoner.verifiers.sandbox import unshare_works
+
+        if unshare_works():
+            return True
+        if mode == "strict":
+            raise RuntimeError("PoolConfig.isolate='strict' needs `unshare --net --pid --mount` (root or "
+                               "CAP_SYS_ADMIN) and it failed here; use isolate='auto' to run unjailed")
+        return False
+
+    def isolation(self) -> dict:
+        """{layer: active} of the workers' jail (all False when the workers are not jailed)."""
+        with self._lock:
+            layers = dict(self._layers)
+        return layers or {name: False for name in ("netns+pidns+mountns", "uid", "rlimits", "seccomp")}
+
     # -- worker threads -------------------------------------------------------------------
     def _spawn(self, index: int) -> _Worker:
-        worker = _Worker(self.config)
+        worker = _Worker(self.config, jailed=self.jailed)
+        with self._lock:
+            self._layers = worker.layers
+            self._launchers[index] = worker.proc.pid
         with self._lock:
             self._pids[index] = worker.pid
         return worker
@@ -319,13 +397,14 @@ class VerifierPool:
                 future.set_result(result)
                 if result.outcome in ("timeout", "memory", "crash"):
                     worker = self._replace(index, worker, "restarts")
-                elif worker.tasks_done >= self.config.max_tasks_per_worker:
+                elif worker.tasks_done >= self.config.max_tasks_per_worker or worker.bloated():
                     worker = self._replace(index, worker, "recycled", graceful=True)
         finally:
             if worker is not None:
                 worker.retire()
             with self._lock:
                 self._pids.pop(index, None)
+                self._launchers.pop(index, None)
 
     def _replace(self, index: int, worker: _Worker | None, counter: str, graceful: bool = False) -> _Worker | None:
         """A fresh worker in slot `index`, or None when one cannot be started (reason in _spawn_error)."""
@@ -334,6 +413,7 @@ class VerifierPool:
         with self._lock:
             self._counts[counter] += 1
             self._pids.pop(index, None)
+            self._launchers.pop(index, None)
         try:
             return self._spawn(index)
         except Exception as err:  # noqa: BLE001 - e.g. fork failing under memory pressure
@@ -353,8 +433,8 @@ class VerifierPool:
             outcome, error = "memory", f"{target}: exceeded the {memory_mb} MB memory cap"
         elif reply == "crash":
             code = worker.proc.wait(timeout=5.0) if worker.proc.poll() is None else worker.proc.returncode
-            # A SIGKILL nobody in the pool sent is the kernel's OOM killer.
-            outcome = "memory" if code == -signal.SIGKILL else "crash"
+            # A SIGKILL nobody in the pool sent is the kernel's OOM killer (137: through the jail's reaper).
+            outcome = "memory" if code in (-signal.SIGKILL, 128 + signal.SIGKILL) else "crash"
             error = f"{target}: worker died with exit status {code}"
         elif reply.get("ok"):
             outcome, error = "ok", None

@@ -119,11 +119,14 @@ def declared_symbols(commands: list) -> set[str]:
 
 
 def _atoms(node):
-    if isinstance(node, Atom):
-        yield node
-    else:
-        for child in node:
-            yield from _atoms(child)
+    """Every Atom under `node`, depth first, with an explicit stack (nesting 100k deep is fine)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Atom):
+            yield item
+        else:
+            stack.extend(reversed(item))
 
 
 def is_trivial(smt_code: str) -> bool:
@@ -163,7 +166,7 @@ def _category(node) -> str:
     head = _head(node)
     if head is None:
         return "(LIST)" if node else "()"
-    return f"({_category(node[0])})"
+    return f"({_category(node[0])})"  # node[0] is an Atom here: no recursion into lists
 
 
 def production_counts(smt_code: str) -> collections.Counter:
@@ -173,16 +176,13 @@ def production_counts(smt_code: str) -> collections.Counter:
     invariant to comments and renaming but see declarations, quantifiers, operators and nesting.
     """
     counts: collections.Counter = collections.Counter()
-
-    def visit(node) -> None:
+    stack = list(reversed(parse(smt_code)))
+    while stack:  # explicit stack: no recursion limit at any nesting depth
+        node = stack.pop()
         if isinstance(node, Atom):
-            return
+            continue
         counts[f"{_category(node)} -> {' '.join(_category(c) for c in node)}"] += 1
-        for child in node:
-            visit(child)
-
-    for command in parse(smt_code):
-        visit(command)
+        stack.extend(reversed(node))
     return counts
 
 
@@ -200,3 +200,46 @@ def js_divergence(p_counts: collections.Counter, q_counts: collections.Counter) 
         if q > 0:
             jsd += 0.5 * q * math.log2(q / m)
     return max(0.0, min(1.0, jsd))
+
+
+# Z3 parameters that name, write or read a file (from `z3 -pd` of z3-solver 5.4.1: every option whose
+# description mentions a file, a path, a log, a dump to files or an output channel), as module.name;
+# the bare name is refused too, since Z3 also resolves some options without their module.
+FILE_OPTIONS = frozenset({
+    "regular_output_channel", "diagnostic_output_channel", "dot_proof_file", "trace", "trace_file_name",
+    "sat.drat.file", "sat.inprocess.out", "tptp.dump_smt2", "tptp.root", "solver.axioms2files",
+    "solver.cancel_backup_file", "solver.proof.log", "solver.smtlib2_log", "opt.dump_benchmarks",
+    "opt.solution_prefix", "nlsat.known_sat_assignment_file_name", "nlsat.log_lemma_smtrat",
+    "nlsat.log_lemmas", "fp.print_aig", "fp.spacer.trace_file", "fp.spacer.dump_benchmarks",
+    "smt.arith.dump_bound_lemmas", "smt.arith.dump_lemmas", "smt.arith.nl.log",
+})
+_FILE_OPTION_NAMES = FILE_OPTIONS | {name.split(".", 1)[1] for name in FILE_OPTIONS if "." in name}
+FILE_COMMANDS = frozenset({"include"})
+
+
+def file_access(smt_code: str) -> list[str]:
+    """The options (as written, e.g. ":regular-output-channel") and commands ("include") of a script
+    that would make Z3 touch a file, in order of first appearance; [] for a script that touches none.
+
+    Every keyword token anywhere in the script is checked, so a parameter given through
+    `set-option`, `using-params`, `check-sat-using` or a tactic's attributes is seen the same way;
+    names are compared as Z3 does (case-insensitive, `-` equal to `_`). One linear scan; text after
+    an unterminated string is inside that string for Z3 too, so it is not scanned. Never raises.
+    """
+    found: list[str] = []
+    pos, depth, after_open = 0, 0, False
+    while pos < len(smt_code):
+        match = _TOKEN.match(smt_code, pos)
+        if match is None:
+            break
+        kind, text = match.lastgroup, match.group()
+        pos = match.end()
+        if kind in ("ws", "comment"):
+            continue
+        if kind == "keyword" and text[1:].lower().replace("-", "_") in _FILE_OPTION_NAMES:
+            found.append(text)
+        elif kind == "symbol" and after_open and depth == 1 and text in FILE_COMMANDS:
+            found.append(text)
+        depth += 1 if kind == "open" else -1 if kind == "close" and depth else 0
+        after_open = kind == "open"
+    return list(dict.fromkeys(found))

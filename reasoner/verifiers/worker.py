@@ -65,7 +65,22 @@ def resolve(target: str):
     return obj
 
 
-def serve(address_space_mb: int) -> int:
+def jail_paths() -> list[str]:
+    """What a jailed worker must still read: the interpreter, its packages and the repository."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return sorted({sys.prefix, sys.base_prefix, repo} | {p for p in sys.path if p and os.path.isdir(p)})
+
+
+def serve(address_space_mb: int, *, jail: bool = False) -> int:
+    """Serve calls until stdin closes. With `jail` (started by the pool under `unshare`), first
+    lock this process down like the code sandbox (`sandbox_child.lock_down`)."""
+    layers = {}
+    if jail:
+        from reasoner.verifiers.sandbox_child import lock_down
+
+        # No NPROC cap: seccomp already refuses fork/exec, and the cap would count every
+        # process of uid nobody on the host, the code sandbox's included.
+        layers = lock_down(mount_ns=True, scratch_mb=16, expose=jail_paths(), nofile=256)
     requests = os.fdopen(os.dup(0), "rb", buffering=0)
     replies = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -75,7 +90,9 @@ def serve(address_space_mb: int) -> int:
     if address_space_mb > 0:
         limit = address_space_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    write_frame(replies, {"id": None, "ok": True, "value": os.getpid(), "elapsed_s": 0.0})
+        if jail:
+            layers["rlimits"] = True
+    write_frame(replies, {"id": None, "ok": True, "value": os.getpid(), "elapsed_s": 0.0, "layers": layers})
     while True:
         request = read_frame(requests)
         if request is None:
@@ -100,4 +117,4 @@ def serve(address_space_mb: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0))
+    sys.exit(serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0, jail="--jail" in sys.argv[2:]))

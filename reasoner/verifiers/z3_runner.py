@@ -48,6 +48,7 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MEMORY_MB = 256
 _ERROR = re.compile(r'\(error "((?:[^"]|"")*)"\)', re.DOTALL)
 _REASON = re.compile(r':reason-unknown\s+"([^"]*)"')
+_MEMOUT_TEXT = re.compile(r"out of memory|max\. memory exceeded|memout", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,14 +106,44 @@ def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = 
                     verdicts=verdicts, reason_unknown=reason_unknown)
 
 
+def refused_result(smt_code: str) -> Z3Result | None:
+    """The error result for a script that would touch a file (see `smtlib.file_access`), else None."""
+    from reasoner.verifiers.smtlib import file_access
+
+    names = file_access(smt_code)
+    if not names:
+        return None
+    return Z3Result(success=False, output="", sat_result=None, model=None, elapsed_s=0.0,
+                    error=f"refused before Z3 ran: {', '.join(names)} would make Z3 read or write a file; "
+                          f"scripts may not touch files")
+
+
+def is_memout(output: str, reason_unknown: str | None) -> bool:
+    """Whether Z3 ran out of memory, whatever the script printed after it (e.g. a `(get-model)`
+    error after the `unknown`): Z3's own reason, or its out-of-memory messages in the output."""
+    reason = (reason_unknown or "").lower()
+    return "memout" in reason or "memory" in reason or _memout_error(output)
+
+
+def _memout_error(output: str) -> bool:
+    """An `(error "...")` of Z3 saying it ran out of memory (an `echo` of the words does not count)."""
+    return any(_MEMOUT_TEXT.search(m.group(1)) for m in _ERROR.finditer(output))
+
+
 def run_script(smt_code: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                memory_mb: int = DEFAULT_MEMORY_MB) -> Z3Result:
     """Run one script in this process (a pool worker, or the benchmark's bare baseline).
 
-    Raises MemoryError when Z3 hits `memory_mb`, so that a pool replaces the worker.
+    A script that would touch a file gets the refused result without reaching Z3. Raises
+    MemoryError when Z3 ran out of memory anywhere in the script, so that a pool replaces the
+    worker (Z3 is not reliably usable after a memout). `memory_mb` is Z3's absolute
+    `memory_max_size`, the same for every call whatever the worker ran before.
     """
     if not isinstance(smt_code, str):
         raise TypeError(f"smt_code must be str, got {type(smt_code).__name__}")
+    refused = refused_result(smt_code)
+    if refused is not None:
+        return refused
     import z3
 
     start = time.perf_counter()
@@ -126,15 +157,15 @@ def run_script(smt_code: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
         # The API raises when an (error ...) was printed; the message is the full output.
         output = err.value.decode("utf-8", "replace") if isinstance(err.value, bytes) else str(err.value)
     reason = None
-    if output.rstrip().endswith("unknown"):
+    if any(line.strip() == "unknown" for line in output.splitlines()) or _memout_error(output):
         try:
             info = z3.Z3_eval_smtlib2_string(context.ref(), "(get-info :reason-unknown)")
             match = _REASON.search(info)
             reason = match.group(1) if match else None
         except z3.Z3Exception:
             reason = None
-    if reason and "memory" in reason:
-        raise MemoryError(f"Z3 exceeded its memory cap of {memory_mb} MB ({reason})")
+    if is_memout(output, reason):
+        raise MemoryError(f"Z3 exceeded its memory cap of {memory_mb} MB ({reason or 'out of memory'})")
     return parse_output(output, elapsed_s=time.perf_counter() - start, reason_unknown=reason)
 
 
@@ -147,19 +178,25 @@ def failure_result(outcome: str, error: str | None, *, elapsed_s: float) -> Z3Re
 class Z3Runner:
     """Z3 through a `VerifierPool`: `solve(code)` blocks, `submit(code)` returns a Future[Z3Result].
 
-    Owns a pool of `workers` processes unless one is passed in (then the caller closes it).
+    Owns a pool of `workers` processes unless one is passed in (then the caller closes it); its
+    workers are jailed like the code sandbox where `unshare` works (`isolate="auto"`; "strict"
+    refuses to start without the jail, "off" runs them unjailed). Scripts that would touch files
+    are refused in any case (`refused_result`).
     """
 
     TARGET = "reasoner.verifiers.z3_runner:run_script"
 
     def __init__(self, pool=None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 memory_mb: int = DEFAULT_MEMORY_MB, workers: int = 2):
+                 memory_mb: int = DEFAULT_MEMORY_MB, workers: int = 2, isolate: str = "auto"):
         from reasoner.verifiers.pool import VerifierPool
 
+        for name, value in (("timeout_s", timeout_s), ("memory_mb", memory_mb), ("workers", workers)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"Z3Runner {name} must be a positive number, got {value!r}")
         self.timeout_s, self.memory_mb = float(timeout_s), int(memory_mb)
         self._owns_pool = pool is None
         self.pool = pool or VerifierPool(workers=workers, deadline_s=timeout_s + HARD_GRACE_S,
-                                         memory_mb=memory_mb)
+                                         memory_mb=memory_mb, isolate=isolate)
 
     def submit(self, smt_code: str, *, timeout_s: float | None = None) -> concurrent.futures.Future:
         timeout_s = float(timeout_s or self.timeout_s)

@@ -140,7 +140,7 @@ def test_a_worker_that_cannot_be_restarted_fails_calls_cleanly(monkeypatch):
 
     with VerifierPool(workers=1, deadline_s=2.0) as p:
         real_worker = pool_module._Worker
-        monkeypatch.setattr(pool_module, "_Worker", lambda config: (_ for _ in ()).throw(OSError("fork failed")))
+        monkeypatch.setattr(pool_module, "_Worker", lambda config, **kw: (_ for _ in ()).throw(OSError("fork failed")))
         crashed = p.submit(PROBE + "segfault").result()
         failed = p.submit(PROBE + "echo", 1).result()
         assert crashed.outcome == "crash"
@@ -151,8 +151,14 @@ def test_a_worker_that_cannot_be_restarted_fails_calls_cleanly(monkeypatch):
 
 
 def test_bad_pool_inputs_are_named(pool):
-    with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="PoolConfig.workers must be an int >= 1, got 0"):
         VerifierPool(workers=0)
+    with pytest.raises(ValueError, match="PoolConfig.memory_mb must be an int >= 1, got 0"):
+        VerifierPool(memory_mb=0)
+    with pytest.raises(ValueError, match="PoolConfig.deadline_s must be a number > 0, got -5"):
+        VerifierPool(deadline_s=-5)
+    with pytest.raises(ValueError, match="PoolConfig.isolate must be one of"):
+        VerifierPool(isolate="maybe")
     with pytest.raises(TypeError, match="arguments of reasoner.verifiers.probe_tasks:echo must be picklable"):
         pool.submit(PROBE + "echo", lambda: None)
     assert pool.submit(PROBE + "echo", 3).result().value == 3  # the pool is unaffected

@@ -2,12 +2,15 @@
 hostile scripts, and agreement with Z3's own expected verdicts on the z3test sample."""
 
 import csv
+import os
 import time
 
 import pytest
 
 from reasoner.cli.smt import read_script
+from reasoner.verifiers import smtlib
 from reasoner.verifiers.pool import descendant_pids
+from reasoner.verifiers.sandbox import unshare_works
 from reasoner.verifiers.z3_runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, Z3Runner, parse_output, run_script
 
 FERMAT_CUBES = ("(declare-const x Int)(declare-const y Int)(declare-const z Int)"
@@ -83,7 +86,7 @@ def _assert_hostile(runner, script, *, max_s):
     elapsed = time.monotonic() - start
     assert elapsed < max_s, elapsed
     deadline = time.monotonic() + 10
-    while descendant_pids() - before - set(runner.pool.worker_pids()):  # a killed worker's replacement
+    while descendant_pids() - before - runner.pool.worker_processes():  # a killed worker's replacement
         assert time.monotonic() < deadline, "a process was left behind"   # registers a moment later
         time.sleep(0.05)
     follow_up = runner.solve("(declare-const p Bool)(assert p)(check-sat)")
@@ -94,12 +97,6 @@ def _assert_hostile(runner, script, *, max_s):
 def test_hostile_loop_forever(runner):
     result = _assert_hostile(runner, FERMAT_CUBES, max_s=runner.timeout_s + 1.5)
     assert not result.success and result.sat_result == "unknown" and "timeout" in result.error
-
-
-def test_hostile_unbounded_allocation(runner):
-    result = _assert_hostile(runner, FACTOR_4096_BITS, max_s=runner.timeout_s + 1.5)
-    assert not result.success and result.sat_result in (None, "unknown")
-    assert "memory" in result.error or "timeout" in result.error
 
 
 def test_hostile_malformed(runner):
@@ -121,14 +118,82 @@ def test_hostile_exit_with_garbage_after(runner):
 
 
 def test_z3test_sample_agrees_with_expected(shared_data):
-    """>= 59 of 61; the known two: 3123 (does not finish in time with z3 5.4.1) and strategy-par-or-2
-    (15 parallel solvers need ~284 MB, above the 256 MB cap)."""
+    """>= 56 of 61; the known two: 3123 (does not finish in time with z3 5.4.1) and strategy-par-or-2
+    (15 parallel solvers need ~284 MB, above the 256 MB cap); and three that set `:trace true`, which
+    makes Z3 write z3.log into its working directory: refused by design, with the option named."""
     folder = shared_data / "smtlib" / "z3test_sample"
     with open(folder / "expected.tsv", newline="") as f:
         expected = {r["file"]: r["expected"] for r in csv.DictReader(f, delimiter="\t")}
     with Z3Runner(timeout_s=5.0, workers=2) as r:
         futures = {name: r.submit(read_script(str(folder / name))) for name in expected}
-        got = {name: fut.result().sat_result for name, fut in futures.items()}
-    disagree = {name for name in expected if got[name] != expected[name]}
-    assert len(expected) == 61
+        results = {name: fut.result() for name, fut in futures.items()}
+    refused = {name for name, res in results.items() if (res.error or "").startswith("refused before Z3 ran: :trace ")}
+    disagree = {name for name in expected if results[name].sat_result != expected[name]} - refused
+    assert len(expected) == 61 and refused == {"3547.smt2", "3559.smt2", "3754.smt2"}
     assert len(disagree) <= 2 and disagree <= {"3123.smt2", "strategy-par-or-2.smt2"}, disagree
+
+
+JAILED = pytest.mark.skipif(not unshare_works(), reason="unshare --net --pid --mount is not permitted here")
+PROBE = "/tmp/z3_escape_probe.txt"
+FILE_SCRIPTS = [f'(set-option :regular-output-channel "{PROBE}")(check-sat)',
+                f'(set-option :diagnostic-output-channel "{PROBE}")(check-sat)',
+                f'(include "{PROBE}")(check-sat)',
+                f'(set-option :DIAGNOSTIC_output-channel "{PROBE}")(check-sat)',
+                f'(check-sat-using (using-params smt :solver.proof.log "{PROBE}"))',
+                '(set-option :trace true)(check-sat)'] + [
+    f'(set-option :{name} "{PROBE}")(check-sat)' for name in sorted(smtlib.FILE_OPTIONS)]
+
+
+@pytest.mark.parametrize("script", FILE_SCRIPTS)
+def test_file_touching_options_are_refused_before_z3(runner, script):
+    result = runner.solve(script)
+    assert not result.success and result.sat_result is None and result.error.startswith("refused before Z3 ran")
+    assert not os.path.exists(PROBE)
+
+
+def test_harmless_options_and_symbols_named_like_commands_run():
+    for script in ("(set-option :produce-proofs true)(check-sat)", "(declare-const include Int)(check-sat)",
+                   '(echo ":regular-output-channel")(check-sat)', "; (include \"x\")\n(check-sat)"):
+        assert run_script(script, timeout_s=5).verdicts == ("sat",), script
+
+
+def test_memout_hidden_by_get_model_is_detected_and_the_worker_recycled():
+    with Z3Runner(timeout_s=10.0, memory_mb=64, workers=1) as small:
+        first = small.pool.worker_pids()
+        oom = _assert_hostile(small, FACTOR_4096_BITS + "(get-model)(echo \"done\")", max_s=small.timeout_s + 1.5)
+        assert oom.error.startswith("memory:") and "out of memory" in oom.error, oom
+        assert small.pool.stats()["memory_kills"] == 1 and small.pool.stats()["restarts"] == 1
+        assert small.pool.worker_pids() != first
+        innocent = [small.submit(f"(declare-const x Int)(assert (= x {i}))(check-sat)(get-model)") for i in range(20)]
+        assert [f.result().sat_result for f in innocent] == ["sat"] * 20
+        again = small.solve(FACTOR_4096_BITS)  # the same script meets the same absolute cap again
+        assert again.error.startswith("memory:"), again
+
+
+@JAILED
+def test_z3_workers_run_in_the_jail():
+    from tests.verifiers import z3_unguarded  # noqa: F401 - importable by the workers too
+
+    with Z3Runner(timeout_s=5.0, workers=1, isolate="strict") as jailed:
+        assert jailed.pool.isolation() == {"netns+pidns+mountns": True, "uid": True, "rlimits": True, "seccomp": True}
+        (pid,) = jailed.pool.worker_pids()
+        with open(f"/proc/{pid}/status") as f:
+            assert "Uid:\t65534\t65534\t65534\t65534" in f.read()
+        pool = jailed.pool
+        who = pool.submit("tests.verifiers.z3_unguarded:identity").result()
+        assert who.ok and who.value == [65534, 65534, ["main"], []], who
+        for path in ("/work/z3_escape_probe.txt", "/root/z3_escape_probe.txt"):
+            wrote = pool.submit("tests.verifiers.z3_unguarded:write_file", path).result()
+            assert wrote.value == "OSError: Read-only file system", wrote
+        channel = f'(set-option :regular-output-channel "/work/z3_escape_probe.txt")(check-sat)'
+        unguarded = pool.submit("tests.verifiers.z3_unguarded:eval_unguarded", channel).result()
+        assert unguarded.ok and not os.path.exists("/work/z3_escape_probe.txt"), unguarded
+        include = pool.submit("tests.verifiers.z3_unguarded:eval_unguarded", '(include "/etc/shadow")').result()
+        assert "could not open" in include.value or "error" in include.value, include
+        assert jailed.solve("(declare-const x Int)(assert (> x 1))(check-sat)").sat_result == "sat"
+
+
+def test_runner_arguments_are_checked():
+    for bad in ({"timeout_s": -5}, {"memory_mb": 0}, {"workers": 0}):
+        with pytest.raises(ValueError, match="must be a positive number"):
+            Z3Runner(**bad)
