@@ -10,6 +10,7 @@ get distinct strings; two rules with the same text are resolved to the lower rul
 
 * "proofwriter": atoms follow ProofWriter's triples. Encoding contract for programs built from ProofWriter:
   `Atom(attr, (entity,))` = "entity is attr"; `Atom("not_" + attr, (entity,))` = "entity is not attr";
+  `Atom("can_" + verb, (entity,))` = "entity can verb"; `Atom("not_can_" + verb, (entity,))` = "entity cannot verb";
   `Atom(rel, (subj, obj))` = "subj rel obj" (rel as written, e.g. "chases"); `Atom("not_" + rel, (subj, obj))` =
   "subj does not chase obj" (rel minus its final "s"). Entities as written in the theory ("Bob", "the bear").
   Rule text: the theory's own sentence when given (`rule_texts`), else "If something is A and B then it is C.".
@@ -31,6 +32,7 @@ from search.logic import Atom, Program, Rule
 __all__ = ["STEP_SEPARATOR", "Verbalizer", "make_verbalizer", "normalize_text", "DATASETS"]
 
 STEP_SEPARATOR = "\n\n"
+_MODAL = "can_"  # ProofWriter's Birds theories: can_fly(Bob) = "Bob can fly" (reasoner.data.proofwriter_atoms)
 DATASETS = ("proofwriter", "deeprd", "logic")
 
 _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'", "`": "'"})
@@ -79,6 +81,7 @@ class Verbalizer:
         const_re = "(" + "|".join(re.escape(c) for c in alts) + ")" if alts else "(?!)"
         self._unary_re = re.compile(const_re + r" (?:is|are) (not )?([\w\-]+(?: [\w\-]+)*)")
         self._binary_re = re.compile(const_re + r" (does not |doesn't )?([\w\-]+) " + const_re)
+        self._modal_re = re.compile(const_re + r" (can|cannot|can not|can't) ([a-z]+)")
         # GRPO scores many completions of one problem: their atom strings repeat, so parses are memoized (bounded).
         self._atom_cache: dict[str, Atom | None] = {}
         self.block_cache: dict[str, object] = {}
@@ -91,6 +94,8 @@ class Verbalizer:
             return f"{a.predicate}({', '.join(args)})" if args else a.predicate
         neg = a.predicate.startswith("not_")
         base = a.predicate[4:] if neg else a.predicate
+        if _is_modal(a):  # "Bob can fly" / "Bob cannot fly"
+            return f"{args[0]} {'cannot' if neg else 'can'} {base[len(_MODAL):]}"
         if len(args) == 1:
             return f"{args[0]} is {'not ' if neg else ''}{base}"
         if len(args) == 2:
@@ -128,6 +133,10 @@ class Verbalizer:
             subj = self.constants[m.group(1)]
             attr = m.group(3)
             return Atom(("not_" + attr) if m.group(2) else attr, (subj,))
+        m = self._modal_re.fullmatch(low)
+        if m:
+            attr = _MODAL + m.group(3)
+            return Atom(("not_" + attr) if m.group(2) != "can" else attr, (self.constants[m.group(1)],))
         m = self._binary_re.fullmatch(low)
         if m:
             subj, obj = self.constants[m.group(1)], self.constants[m.group(4)]
@@ -171,7 +180,8 @@ class Verbalizer:
         """'something is A and B' when all premises are unary on the same variable, else full atoms joined."""
         ps = r.premises
         single = {a.args for a in ps}
-        if len(single) == 1 and all(len(a.args) == 1 and a.args[0][:1] == "?" for a in ps) and len(ps) > 1:
+        if (len(single) == 1 and all(len(a.args) == 1 and a.args[0][:1] == "?" and not _is_modal(a) for a in ps)
+                and len(ps) > 1):
             subj = names[ps[0].args[0]]
             attrs = [self.atom(Atom(a.predicate, ("\x00",))).split(" is ", 1)[1] for a in ps]
             return f"{subj} is {' and '.join(attrs)}"
@@ -191,7 +201,7 @@ class Verbalizer:
                 self.dataset = saved
         ps, c = r.premises, r.conclusion
         unary_one_var = all(len(a.args) == 1 and a.args[0][:1] == "?" for a in (*ps, c)) and len({a.args for a in (*ps, c)}) == 1
-        if unary_one_var and not any(a.predicate.startswith("not_") for a in ps):
+        if unary_one_var and not any(a.predicate.startswith("not_") or _is_modal(a) for a in (*ps, c)):
             attrs = [a.predicate for a in ps]
             cw = self.atom(Atom(c.predicate, ("\x00",))).split(" is ", 1)[1]
             out.append(f"All {' '.join(attrs)} things are {cw}.")
@@ -217,6 +227,12 @@ class Verbalizer:
         if goal is not None:
             out += f"\nProve: {_sentence(self.atom(goal), cap)}"
         return out
+
+
+def _is_modal(a: Atom) -> bool:
+    """can_fly(x) / not_can_fly(x): read "x can fly" / "x cannot fly", not "x is ..."."""
+    base = a.predicate[4:] if a.predicate.startswith("not_") else a.predicate
+    return len(a.args) == 1 and base.startswith(_MODAL) and len(base) > len(_MODAL)
 
 
 def _sentence(text: str, capitalize: bool = True) -> str:

@@ -6,6 +6,8 @@
   predicate: "The cat sees the dog" -> sees(the cat, the dog).
 - Open-world negation is a polarity tag on the predicate: "Bob is not red" -> not_red(Bob),
   "The cat does not see the dog" -> not_sees(the cat, the dog). `negate` flips the tag.
+- Modal abilities (ProofWriter's Birds theories) are unary with a `can_` prefix: "Bob can fly" -> can_fly(Bob),
+  "Bob cannot fly" -> not_can_fly(Bob) (the same polarity tag as any attribute).
 - ProofWriter's rules quantify over one entity ("something", "someone"); that variable is `?x`.
 """
 
@@ -13,11 +15,12 @@ from __future__ import annotations
 
 from search.logic import Atom
 
-__all__ = ["VARIABLE", "NEGATION_PREFIX", "negate", "is_negative", "literal_atom", "entity_constant",
+__all__ = ["VARIABLE", "NEGATION_PREFIX", "MODAL_PREFIX", "modal_atom", "negate", "is_negative", "literal_atom", "entity_constant",
            "third_person"]
 
 VARIABLE = "?x"
 NEGATION_PREFIX = "not_"
+MODAL_PREFIX = "can_"
 _VARIABLE_WORDS = {"something", "someone", "somebody", "it", "they", "he", "she"}
 
 
@@ -45,6 +48,12 @@ def entity_constant(name: str) -> str:
     return "the " + low
 
 
+def modal_atom(subject: str, verb: str, *, positive: bool) -> Atom:
+    """"Bob can fly" -> can_fly(Bob); "Bob cannot fly" -> not_can_fly(Bob)."""
+    atom = Atom(MODAL_PREFIX + verb.lower(), (subject,))
+    return atom if positive else negate(atom)
+
+
 def third_person(verb: str) -> str:
     """Base form -> third-person singular ("see" -> "sees", "chase" -> "chases", "kiss" -> "kisses")."""
     if verb.endswith(("s", "sh", "ch", "x", "z")):
@@ -57,9 +66,12 @@ def third_person(verb: str) -> str:
 def literal_atom(subject: str, relation: str, obj: str, *, positive: bool) -> Atom:
     """One raw-release triple (subject, "is" | verb, attribute | object, polarity) -> atom.
 
-    `relation` is "is" for attributes (obj is the adjective) and the third-person verb otherwise.
+    `relation` is "is" for attributes (obj is the adjective), "can" for abilities (obj is the verb), and the
+    third-person verb otherwise.
     """
     subj = entity_constant(subject)
+    if relation.strip().lower() == "can":  # Birds theories: ("Arthur", "can", "fly", "+")
+        return modal_atom(subj, obj.strip(), positive=positive)
     if relation == "is":
         atom = Atom(obj.strip().lower().replace(" ", "_"), (subj,))
     else:

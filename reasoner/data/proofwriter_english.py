@@ -10,6 +10,8 @@ Templates covered (ProofWriter's generator; "something"/"someone" is the variabl
   rules       If <clause> (and <clause>)* then <clause>.   with clauses like "something is red", "it is cold and
               not big", "they see the dog", "the tiger visits the dog", "Dave is smart", "it does not eat the cat";
               also DeepRD's logic mode "If someone is X, they are Y.".
+  modal verbs (ProofWriter's Birds theories): "Bob can fly." | "Bob cannot fly." | "If someone is a bird and not
+              abnormal then they can fly." -> can_fly(Bob) / not_can_fly(Bob) (`proofwriter_atoms.modal_atom`).
 ProntoQA's categorical sentences are also accepted: "Every tumpus is a wumpus.", "Each yumpus is not sour.",
 "Tumpuses are wumpuses.", "Wren is a tumpus." (nouns and adjectives are both unary predicates; the plurals of
 plural generics are singularized so "tumpuses"/"tumpus" meet). Anything else raises `SentenceError`, which loaders
@@ -23,7 +25,7 @@ import json
 import pathlib
 import re
 
-from reasoner.data.proofwriter_atoms import VARIABLE, negate, third_person
+from reasoner.data.proofwriter_atoms import VARIABLE, modal_atom, negate, third_person
 from search.logic import Atom, Program, Rule
 
 __all__ = ["SentenceError", "parse_sentence", "parse_theory_text", "parse_theory_sentences", "parse_statement",
@@ -90,7 +92,7 @@ def _subject(words: list[str], *, context_subject: str | None) -> tuple[str, lis
             w = words[i].lower()
             takes_object = i + 1 < len(words) and (words[i + 1].lower() == "the"
                                                     or (i + 2 == len(words) and words[i + 1][:1].isupper()))
-            if w in _BE or w in ("does", "do") or takes_object:
+            if w in _BE or w in ("does", "do", "can", "cannot") or takes_object:
                 return "the " + " ".join(x.lower() for x in words[1:i]), words[i:]
         raise SentenceError(f"no verb after subject {' '.join(words)!r}")
     if words[0][:1].isupper() and words[0].isalpha():
@@ -126,6 +128,14 @@ def _predicate(subject: str, words: list[str], *, plural: bool) -> Atom:
             raise SentenceError(f"expected one adjective or noun after {head!r}, got {' '.join(words[1:])!r}")
         atom = Atom(rest[0], (subject,))
         return atom if positive else negate(atom)
+    if head in ("can", "cannot"):
+        rest = [w.lower() for w in words[1:]]
+        positive = head == "can"
+        if positive and rest[:1] == ["not"]:
+            positive, rest = False, rest[1:]
+        if len(rest) != 1 or not rest[0].isalpha():
+            raise SentenceError(f"expected one verb after {head!r}, got {' '.join(words[1:])!r}")
+        return modal_atom(subject, rest[0], positive=positive)
     if head in ("does", "do"):
         if len(words) < 3 or words[1].lower() != "not":
             raise SentenceError(f"expected '{head} not <verb> <object>', got {' '.join(words)!r}")
