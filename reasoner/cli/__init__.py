@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "parity",
     "chat",
     "generate",
+    "serve",
     "astar",
     "data",
     "smt",

@@ -1,0 +1,168 @@
+"""The HTTP layer: standard-library `ThreadingHTTPServer`, one thread per connection, JSON and server-sent events.
+
+Routes: `GET /v1/models`, `GET /health`, `POST /v1/chat/completions` (stream=true answers `text/event-stream`:
+`data: {chunk}` lines and a final `data: [DONE]`). Errors use OpenAI's JSON: 400 for a bad body (invalid JSON,
+too large, wrong fields), 404 for an unknown route, 500 when the batch holding the request failed, 503 while
+shutting down. HTTP/1.1 keep-alive for JSON answers; a stream closes its connection when done.
+
+`Server.shutdown()` (SIGTERM/SIGINT in `reasoner serve`) stops accepting connections, lets the batcher finish
+the queued requests, then waits for the handlers still writing their answers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from reasoner.serve.batcher import ServerClosing
+from reasoner.serve.protocol import RequestError, error_body
+from reasoner.serve.service import ChatService
+
+log = logging.getLogger("reasoner.serve")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "reasoner-serve"
+    server: "Server"
+
+    def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
+        log.debug("%s %s", self.address_string(), format % args)
+
+    # ------------------------------------------------------------------------------------------ writing
+    def _send_json(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_error(self, err: RequestError) -> None:
+        self._send_json(err.status, err.body())
+
+    # ------------------------------------------------------------------------------------------ routes
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        if self.path.rstrip("/") == "/v1/models":
+            service = self.server.service
+            self._send_json(200, {"object": "list", "data": [
+                {"id": service.model_name, "object": "model", "created": self.server.started, "owned_by": "reasoner",
+                 "max_model_len": service.backend.max_len}]})
+        elif self.path.rstrip("/") == "/health":
+            self._send_json(200, {"status": "ok"})
+        else:
+            self._send_error(RequestError(f"no route GET {self.path}", status=404, code="not_found"))
+
+    def do_POST(self):  # noqa: N802
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self.close_connection = True  # the body was not read
+            self._send_error(RequestError(f"no route POST {self.path} (expected /v1/chat/completions)", status=404,
+                                          code="not_found"))
+            return
+        with self.server.tracker:
+            try:
+                prep = self.server.service.prepare(self._read_json())
+                if prep.request.stream:
+                    self._stream(prep)
+                else:
+                    self._send_json(200, self.server.service.complete(prep))
+            except RequestError as err:
+                self._send_error(err)
+            except ServerClosing as err:
+                self._send_error(RequestError(str(err), status=503, kind="server_error", code="shutting_down"))
+            except (BrokenPipeError, ConnectionResetError):
+                log.info("client %s went away before its answer", self.address_string())
+            except Exception as err:  # noqa: BLE001 - answer 500, keep serving
+                log.exception("internal error")
+                self._send_json(500, error_body(f"internal error: {type(err).__name__}: {err}", kind="server_error"))
+
+    def _read_json(self):
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            self.close_connection = True
+            raise RequestError("request body: expected a Content-Length header with a JSON body", param=None)
+        size = int(length)
+        if size > self.server.max_body_bytes:
+            self.close_connection = True  # the body is not read: the connection cannot be reused
+            raise RequestError(f"request body: {size} bytes, expected at most {self.server.max_body_bytes}",
+                               code="body_too_large")
+        raw = self.rfile.read(size)
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as err:
+            raise RequestError(f"request body: not valid JSON ({err})", code="invalid_json") from None
+
+    def _stream(self, prep) -> None:
+        chunks = self.server.service.stream(prep)
+        first = next(chunks)  # errors before any byte is written still get a JSON answer
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        try:
+            self.wfile.write(b"data: " + json.dumps(first).encode() + b"\n\n")
+            for chunk in chunks:
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            raise
+        except Exception as err:  # noqa: BLE001 - headers are out: report in-band, as OpenAI does
+            log.exception("internal error while streaming")
+            body = error_body(f"internal error: {type(err).__name__}: {err}", kind="server_error")
+            self.wfile.write(b"data: " + json.dumps(body).encode() + b"\n\n")
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+
+class _InFlight:
+    """Counts requests being answered (a context manager) so shutdown can wait for them."""
+
+    def __init__(self):
+        self._count, self._cond = 0, threading.Condition()
+
+    def __enter__(self):
+        with self._cond:
+            self._count += 1
+
+    def __exit__(self, *exc):
+        with self._cond:
+            self._count -= 1
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._count == 0, timeout)
+
+
+class Server(ThreadingHTTPServer):
+    """The OpenAI-compatible server over a `ChatService` (see module docstring)."""
+
+    daemon_threads = True  # idle keep-alive connections must not hold the process at exit
+    allow_reuse_address = True
+
+    def __init__(self, service: ChatService, *, host: str = "127.0.0.1", port: int = 8000,
+                 max_body_bytes: int = 4 << 20):
+        super().__init__((host, port), _Handler)
+        self.service, self.max_body_bytes = service, int(max_body_bytes)
+        self.tracker = _InFlight()
+        self.started = int(time.time())
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def close_gracefully(self, *, timeout: float = 600.0) -> None:
+        """Call from a thread other than the one in `serve_forever`: stop accepting, drain, close."""
+        self.shutdown()
+        self.service.batcher.close(timeout)
+        if not self.tracker.wait_idle(timeout):
+            log.warning("shutdown: requests still being answered after %.0f s", timeout)
+        self.server_close()

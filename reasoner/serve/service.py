@@ -1,0 +1,170 @@
+"""Chat completions over the batcher: a validated request -> prompt ids -> a batched job -> OpenAI bodies.
+
+`ChatService.prepare(body)` does everything that can fail on the client's side before any work is queued
+(validation, chat-template rendering, the cache-length check, stop strings the tokenizer can produce), so a
+bad request gets its 400 at once. `complete` answers a `chat.completion`; `stream` yields the
+`chat.completion.chunk` bodies of a streamed answer as the sampler produces stable text.
+
+Text rules (as OpenAI): a stop string is not part of the returned content; finish reasons are `stop` (EOS or a
+stop string), `length` (max_tokens or the cache) and `tool_calls` (the reply holds Hermes tool calls, parsed
+into `message.tool_calls`). Streamed content holds back a tail that could still become a stop string or a
+`<tool_call>` tag, so the chunks concatenate to exactly the non-streamed content.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import time
+import uuid
+from typing import Iterator
+
+from reasoner.sampling import Completion, SamplingParams
+from reasoner.serve.backend import Backend, GenRequest
+from reasoner.serve.batcher import Batcher
+from reasoner.serve.protocol import ChatRequest, RequestError, parse_chat_request
+from reasoner.serve.render import parse_reply, render_prompt, streamable_prefix
+
+FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A request ready to submit: the validated body, its prompt ids and its sampler settings."""
+
+    request: ChatRequest
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams
+    id: str
+    created: int
+
+
+class ChatService:
+    """See module docstring. default_max_tokens: budget of a request that names none (cut to the cache)."""
+
+    def __init__(self, backend: Backend, tokenizer, batcher: Batcher, *, model_name: str, default_max_tokens: int):
+        self.backend, self.tokenizer, self.batcher = backend, tokenizer, batcher
+        self.model_name, self.default_max_tokens = model_name, int(default_max_tokens)
+        from reasoner.tokenization import stop_token_ids
+
+        self.eos_ids = frozenset(stop_token_ids(tokenizer))
+
+    # ------------------------------------------------------------------------------------------ preparing
+    def prepare(self, body) -> Prepared:
+        from reasoner.tokenization import encode
+
+        req = parse_chat_request(body, max_n=self.batcher.max_rows)
+        if req.top_logprobs:
+            raise RequestError("top_logprobs: expected 0 or absent (the sampler records only the chosen token's "
+                               "log-prob)", param="top_logprobs")
+        try:
+            text = render_prompt(self.tokenizer, req.messages, req.tools)
+        except Exception as err:  # noqa: BLE001 - jinja raises TemplateError (and others) on messages it refuses
+            raise RequestError(f"messages: the chat template refused them ({' '.join(str(err).split())})",
+                               param="messages") from None
+        ids = tuple(encode(self.tokenizer, text))
+        max_len = self.backend.max_len
+        room = max_len - len(ids)
+        wanted = req.max_tokens if req.max_tokens is not None else min(self.default_max_tokens, room)
+        if room < 1 or len(ids) + wanted > max_len:
+            raise RequestError(
+                f"messages: this server's context is {max_len} tokens (prompt + completion); the prompt has "
+                f"{len(ids)} tokens and max_tokens is {wanted}: shorten the messages or lower max_tokens",
+                param="messages" if room < 1 else "max_tokens", code="context_length_exceeded")
+        try:
+            params = SamplingParams(max_new_tokens=wanted, temperature=req.temperature, top_p=req.top_p,
+                                    top_k=req.top_k, n=req.n, seed=req.seed or 0, stop=req.stop)
+            params.check_against(vocab_size=self.backend.vocab_size, max_len=max_len + 1, tokenizer=self.tokenizer)
+        except ValueError as err:
+            param = "stop" if "stop string" in str(err) else "top_k" if "top_k" in str(err) else None
+            raise RequestError(str(err), param=param) from None
+        return Prepared(request=req, prompt_ids=ids, params=params, id=f"chatcmpl-{uuid.uuid4().hex}",
+                        created=int(time.time()))
+
+    def _submit(self, prep: Prepared, on_text=None) -> "object":
+        request = GenRequest(prompt_ids=prep.prompt_ids, params=prep.params, seeded=prep.request.seed is not None,
+                             on_text=on_text)
+        return self.batcher.submit(request)
+
+    # ------------------------------------------------------------------------------------------ answers
+    def _content(self, prep: Prepared, c: Completion) -> str:
+        text = c.text
+        if c.finish_reason == "stop":
+            hits = [s for s in prep.request.stop if text.endswith(s)]
+            if hits:
+                text = text[: len(text) - max(len(s) for s in hits)]
+        return text
+
+    def _logprobs(self, c: Completion) -> dict:
+        tokens = [int(t) for t in c.tokens]
+        if tokens and c.finish_reason == "eos" and tokens[-1] in self.eos_ids:
+            tokens = tokens[:-1]  # the end-of-turn marker is not part of the text
+        content = []
+        for t, lp in zip(tokens, c.model_logprobs):
+            piece = self.tokenizer.decode([t], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            content.append({"token": piece, "logprob": float(lp), "bytes": list(piece.encode("utf-8")),
+                            "top_logprobs": []})
+        return {"content": content}
+
+    def _usage(self, prep: Prepared, completions) -> dict:
+        generated = sum(c.num_tokens for c in completions)
+        return {"prompt_tokens": len(prep.prompt_ids), "completion_tokens": generated,
+                "total_tokens": len(prep.prompt_ids) + generated}
+
+    def complete(self, prep: Prepared) -> dict:
+        completions = self._submit(prep).wait()
+        choices = []
+        for c in completions:
+            reply = parse_reply(self._content(prep, c), tools_offered=bool(prep.request.tools))
+            message = {"role": "assistant", "content": reply.content}
+            if reply.tool_calls:
+                message["tool_calls"] = list(reply.tool_calls)
+            choices.append({"index": c.sample_index, "message": message,
+                            "logprobs": self._logprobs(c) if prep.request.logprobs else None,
+                            "finish_reason": "tool_calls" if reply.tool_calls else FINISH[c.finish_reason]})
+        return {"id": prep.id, "object": "chat.completion", "created": prep.created, "model": self.model_name,
+                "choices": choices, "usage": self._usage(prep, completions)}
+
+    def _chunk(self, prep: Prepared, choices: list, usage: dict | None = None) -> dict:
+        body = {"id": prep.id, "object": "chat.completion.chunk", "created": prep.created, "model": self.model_name,
+                "choices": choices}
+        if usage is not None:
+            body["usage"] = usage
+        return body
+
+    def stream(self, prep: Prepared) -> Iterator[dict]:
+        """Chunk bodies: the role, content deltas as text becomes final, tool calls and finish reasons, usage."""
+        req = prep.request
+        events: queue.Queue = queue.Queue()
+        job = self._submit(prep, on_text=lambda j, delta: events.put((j, delta)))
+        raw, sent = [""] * req.n, [0] * req.n
+        hold = max((len(s) for s in req.stop), default=1) - 1  # a tail that may still become a stop string
+        tools = bool(req.tools)
+        yield self._chunk(prep, [{"index": j, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                  "finish_reason": None} for j in range(req.n)])
+        while True:
+            try:
+                j, delta = events.get(timeout=0.05)
+            except queue.Empty:
+                if job.done():
+                    break
+                continue
+            raw[j] += delta
+            end = min(len(raw[j]) - hold, streamable_prefix(raw[j], tools_offered=tools))
+            if end > sent[j]:
+                yield self._chunk(prep, [{"index": j, "delta": {"content": raw[j][sent[j]:end]}, "logprobs": None,
+                                          "finish_reason": None}])
+                sent[j] = end
+        completions = job.wait()
+        for c in completions:
+            j = c.sample_index
+            reply = parse_reply(self._content(prep, c), tools_offered=tools)
+            rest = (reply.content or "")[sent[j]:]
+            delta = {"content": rest} if rest else {}
+            if reply.tool_calls:
+                delta["tool_calls"] = [dict(call, index=k) for k, call in enumerate(reply.tool_calls)]
+            yield self._chunk(prep, [{"index": j, "delta": delta,
+                                      "logprobs": self._logprobs(c) if req.logprobs else None,
+                                      "finish_reason": "tool_calls" if reply.tool_calls else FINISH[c.finish_reason]}])
+        if req.include_usage:
+            yield self._chunk(prep, [], usage=self._usage(prep, completions))
