@@ -29,10 +29,9 @@ _OPENER = re.compile(
     r"(?:(?:since|because|as|given(?:\s+that)?|we\s+(?:know|have)(?:\s+that)?|from(?:\s+the\s+facts?)?(?:\s+that)?)\b\s*)?",
     re.IGNORECASE,
 )
-_MIDDLE = re.compile(
-    r"[\s,;:]*(?:(?:by|using|applying|with|via|from|according\s+to|and)\b\s*)*(?:the\s+)?(?:rule\b)?\s*:?\s*$",
-    re.IGNORECASE,
-)
+_CONNECTIVES = ("by", "using", "applying", "with", "via", "from", "and")
+_CACHE_BYTES = 64 << 20  # the block cache is cleared when the blocks it keys on exceed this many bytes
+_CACHE_SIZE_KEY = object()  # the cache's running byte count lives under this non-string key
 _LEAD = re.compile(
     r"^[\s,.;:)\]-]*(?:(?:so|therefore|thus|hence|then|and)\b[\s,]*)?"
     r"(?:(?:it\s+follows\s+that|we\s+(?:can\s+)?(?:conclude|infer|derive|deduce|get|know|have|obtain)(?:\s+that)?)\b\s*)?",
@@ -75,6 +74,45 @@ def _split_premises(text: str) -> list[str]:
     return [p.strip() for p in out if p.strip()]
 
 
+def _strip_word(text: str, word: str) -> str | None:
+    """`text` without a trailing whole word `word` (case-insensitive), or None when it does not end so."""
+    n = len(word)
+    if len(text) >= n and text[-n:].lower() == word and (len(text) == n or not _is_word(text[-n - 1])):
+        return text[:-n]
+    return None
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def _strip_middle(before: str) -> str:
+    """Drop the words between the premises and the rule: "..., by applying the rule:" -> "...".
+
+    A right-to-left scan in linear time (the regex it replaces went cubic on runs of separators such
+    as "and and ..." or " : : ..."): trailing spaces and ":", then optionally the word "rule", then
+    optionally the word "the", then any run of connectives ("by", "using", "applying", "with", "via", "from", "according
+    to", "and"), then separators (spaces , ; :).
+    """
+    text = before.rstrip().removesuffix(":").rstrip()
+    for word in ("rule", "the"):
+        stripped = _strip_word(text, word)
+        text = text if stripped is None else stripped.rstrip()
+    while True:
+        for word in _CONNECTIVES:
+            stripped = _strip_word(text, word)
+            if stripped is not None:
+                text = stripped.rstrip()
+                break
+        else:
+            stripped = _strip_word(text, "to")
+            according = None if stripped is None else _strip_word(stripped.rstrip(), "according")
+            if according is None:
+                break
+            text = according.rstrip()
+    return text.rstrip(" \t\n\r\f\v,;:")
+
+
 def _parse_block(block: str, verbalizer: Verbalizer) -> ParsedStep | None:
     text = re.sub(r"\s+", " ", block).strip()
     m = _QUOTED.search(text)
@@ -87,7 +125,7 @@ def _parse_block(block: str, verbalizer: Verbalizer) -> ParsedStep | None:
         k = int(m.group(1))
         rule = k - 1 if 1 <= k <= len(verbalizer.program.rules) else -1
     before, after = text[: m.start()], text[m.end() :]
-    before = _MIDDLE.sub("", _OPENER.sub("", before, count=1), count=1)
+    before = _strip_middle(_OPENER.sub("", before, count=1))
     premises = tuple(verbalizer.parse_atom(p) for p in _split_premises(before))
     after = _LEAD.sub("", after, count=1).strip().rstrip(".!;: ").strip()
     conclusion = verbalizer.parse_atom(after) if after else None
@@ -103,14 +141,19 @@ def parse_trace(text, verbalizer: Verbalizer) -> ParsedTrace:
         if not block.strip():
             continue
         cache = verbalizer.block_cache
-        step = cache.get(block, cache)
+        step = cache.get(block, cache) if len(block) <= _CACHE_BYTES // 64 else cache
         if step is cache:
             try:
                 step = _parse_block(block, verbalizer)
             except Exception:  # defensive: a parser bug must read as an invalid step, never crash a reward batch
                 step = ParsedStep(rule=-1, premises=(), conclusion=None, text=block.strip())
-            if len(cache) < 100_000:
+            size = cache.get(_CACHE_SIZE_KEY, 0) + len(block)
+            if size > _CACHE_BYTES:  # bounded by bytes, not entries: 2,000 blocks of 16 KB are 32 MB
+                cache.clear()
+                size = len(block)
+            if len(block) <= _CACHE_BYTES // 64:
                 cache[block] = step
+                cache[_CACHE_SIZE_KEY] = size
         if step is None:
             skipped += 1
         else:

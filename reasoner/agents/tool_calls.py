@@ -23,10 +23,45 @@ import re
 KNOWN_TOOLS = ("z3_solve", "finish")
 ARGUMENT_NAMES = {"z3_solve": ("smt_code", "timeout"), "finish": ("answer",)}
 
-_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-_XML_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)(?:</function>|$)", re.DOTALL)
-_XML_PARAMETER = re.compile(r"<parameter=([\w.-]+)>\s*(.*?)\s*(?:</parameter>|(?=<parameter=)|$)", re.DOTALL)
 _TEXT_CALL = re.compile(r"\b(" + "|".join(KNOWN_TOOLS) + r")\s*\(", re.DOTALL)
+
+
+def _spans(text: str, open_tag: str, close_tags: tuple[str, ...]) -> list[tuple[int, int, int]]:
+    """(tag start, body start, body end) of each `open_tag ... close` span, left to right; a body ends at
+    the first of `close_tags` (not consumed when it is itself an opening tag) or at the end of the text.
+    One pass of `str.find`, so repeated unclosed tags cost linear time (a lazy regex is quadratic)."""
+    spans, pos = [], 0
+    found = {tag: -2 for tag in close_tags}  # next occurrence of each close tag (-1: none left)
+    while True:
+        start = text.find(open_tag, pos)
+        if start < 0:
+            return spans
+        body = start + len(open_tag)
+        for tag, at in found.items():
+            if -1 < at < body or at == -2:  # each search resumes past the last: linear overall
+                found[tag] = text.find(tag, body)
+        ends = [(at, tag) for tag, at in found.items() if at >= 0]
+        end, tag = min(ends) if ends else (len(text), "")
+        spans.append((start, body, end))
+        pos = end if tag.startswith(open_tag) or not tag else end + len(tag)
+        if pos >= len(text):
+            return spans
+
+
+def _named_spans(text: str, prefix: str, close_tags: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(NAME, body) of each `<prefix NAME>body` span, NAME in [\\w.-]+ (qwen3_coder's XML form)."""
+    out = []
+    for start, body_start, end in _spans(text, prefix, close_tags):
+        close = text.find(">", body_start, end)
+        name = text[body_start:close] if close >= 0 else ""
+        if name and all(c.isalnum() or c in "_.-" for c in name):
+            out.append((name, text[close + 1:end]))
+    return out
+
+
+def _tagged(reply: str) -> list[str]:
+    """Bodies of `<tool_call> ... </tool_call>` (an unclosed one runs to the end), stripped."""
+    return [reply[b:e].strip() for _, b, e in _spans(reply, "<tool_call>", ("</tool_call>",))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +80,7 @@ def _lenient_json(body: str):
         text += "}" * missing
     try:
         return json.loads(text, strict=False)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     try:
         pythonish = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", text)))
@@ -93,7 +128,7 @@ def _parse_tagged(body: str) -> ToolCall | None:
         parsed = _from_object(json.loads(body))
         if parsed:
             return ToolCall(*parsed, parse_mode="json", raw=body)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     parsed = _from_object(_lenient_json(body))
     if parsed:
@@ -110,8 +145,8 @@ def _parse_tagged(body: str) -> ToolCall | None:
 
 def _parse_xml(text: str) -> list[ToolCall]:
     calls = []
-    for name, inner in _XML_FUNCTION.findall(text):
-        args = {key: value for key, value in _XML_PARAMETER.findall(inner)}
+    for name, inner in _named_spans(text, "<function=", ("</function>",)):
+        args = {key: value.strip() for key, value in _named_spans(inner, "<parameter=", ("</parameter>", "<parameter="))}
         calls.append(ToolCall(name, args, parse_mode="xml", raw=inner))
     return calls
 
@@ -127,7 +162,7 @@ def _call_arguments(name: str, inside: str) -> dict | None:
         for key, value in zip(ARGUMENT_NAMES[name], node.args):
             args[key] = ast.literal_eval(value)
         return args
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
         if name == "finish" and re.fullmatch(r"[\w ()=-]+", inside):
             key, _, value = inside.partition("=")
             return {"answer": (value or key).strip()}
@@ -161,11 +196,14 @@ def _balanced_call_end(text: str, open_index: int) -> int:
 
 
 def _parse_plain_text(text: str) -> list[ToolCall]:
-    calls = []
+    calls, covered = [], 0
     for match in _TEXT_CALL.finditer(text):
-        end = _balanced_call_end(text, match.end() - 1)
-        if end < 0:
+        if match.start() < covered:  # inside an earlier call's argument: part of that argument
             continue
+        end = _balanced_call_end(text, match.end() - 1)
+        covered = end + 1
+        if end < 0:  # unclosed: the rest of the text is its argument, so no later call can close either
+            break
         args = _call_arguments(match.group(1), text[match.end():end])
         if args is not None:
             calls.append(ToolCall(match.group(1), args, parse_mode="text", raw=text[match.start():end + 1]))
@@ -178,8 +216,18 @@ def _parse_plain_text(text: str) -> list[ToolCall]:
 
 
 def parse_tool_calls(reply: str) -> list[ToolCall]:
-    """Every tool call in `reply`, in order; [] when the reply calls no tool."""
-    tagged = _TAGGED.findall(reply) if "<tool_call>" in reply else []
+    """Every tool call in `reply`, in order; [] when the reply calls no tool. Never raises, and runs in
+    time linear in the reply (an unreadable call is left out, not an error)."""
+    if not isinstance(reply, str):
+        return []
+    try:
+        return _parse_tool_calls(reply)
+    except (RecursionError, MemoryError, ValueError, TypeError):  # last line of defence: one reply, no batch
+        return []
+
+
+def _parse_tool_calls(reply: str) -> list[ToolCall]:
+    tagged = _tagged(reply) if "<tool_call>" in reply else []
     calls = []
     for body in tagged:
         call = _parse_tagged(body)

@@ -18,20 +18,35 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import re
 from collections.abc import Mapping
 
 from reasoner.rewards.match import extract_span
 from reasoner.rewards.registry import RewardFailure, completion_text, register_reward
 
-_FENCE = re.compile(r"```[ \t]*[\w+.-]*[ \t]*\n(.*?)```", re.DOTALL)
 OUTPUT_KINDS = ("string", "int_list")
 
 
 def extract_code(answer: str) -> str:
-    """The program in an answer: the first fenced block if there is one, else the whole answer."""
-    fenced = _FENCE.search(answer)
-    return (fenced.group(1) if fenced else answer).strip("\n")
+    """The program in an answer: the first fenced block if there is one, else the whole answer.
+
+    The block is the one the regex ```` ```[ \t]*[\w+.-]*[ \t]*\n(.*?)``` ```` finds, located
+    with `str.find` in one left-to-right pass (linear in the answer, whatever its fences)."""
+    pos, newline = 0, -2
+    while True:
+        start = answer.find("```", pos)
+        if start < 0:
+            return answer.strip("\n")
+        if -1 < newline < start + 3 or newline == -2:  # one newline search per line: linear overall
+            newline = answer.find("\n", start + 3)
+        if newline < 0:
+            return answer.strip("\n")
+        info = answer[start + 3:newline].strip(" \t")
+        if all(c.isalnum() or c in "_+.-" for c in info) and " " not in info and "\t" not in info:
+            close = answer.find("```", newline + 1)
+            if close < 0:
+                return answer.strip("\n")  # no closing fence after the first opening one: none after it
+            return answer[newline + 1:close].strip("\n")
+        pos = start + 1
 
 
 def outputs_match(got, expected, *, kind: str) -> bool:

@@ -30,14 +30,52 @@ _STANDALONE_INT = re.compile(r"(?<![\w.])[-+]?\d+(?![\w]|\.\d)")
 
 
 def extract_span(text: str, tag: str = "answer") -> str | None:
-    """Content of the last complete `<tag>...</tag>` span, or None when there is none."""
-    matches = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, flags=re.DOTALL)
-    return matches[-1] if matches else None
+    """Content of the last complete `<tag>...</tag>` span, or None when there is none.
+
+    The spans are those of the lazy regex `<tag>(.*?)</tag>` (left to right, non-overlapping), found
+    with `str.find` in one pass: repeated unclosed `<tag>`s cost linear time, not quadratic.
+    """
+    open_tag, close_tag = f"<{tag}>", f"</{tag}>"
+    span, pos = None, 0
+    while True:
+        start = text.find(open_tag, pos)
+        if start < 0:
+            return span
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:
+            return span
+        span, pos = text[start + len(open_tag):end], end + len(close_tag)
+
+
+# Python refuses int(str) beyond this many digits (CVE-2020-10735); such integers are compared as text.
+MAX_INT_DIGITS = 4300
+
+
+def integer_tokens(text: str) -> list[str]:
+    """Standalone integers of `text` in canonical text form ("-12", "7", "0"), in order: never raises,
+    whatever the number of digits (see `_STANDALONE_INT`)."""
+    out = []
+    for token in _STANDALONE_INT.findall(text):
+        sign = "-" if token[0] == "-" else ""
+        digits = token.lstrip("+-").lstrip("0") or "0"
+        out.append(("" if digits == "0" else sign) + digits)
+    return out
 
 
 def standalone_integers(text: str) -> list[int]:
-    """Integers written on their own in `text`, in order (see `_STANDALONE_INT`)."""
-    return [int(m) for m in _STANDALONE_INT.findall(text)]
+    """Integers written on their own in `text`, in order (see `_STANDALONE_INT`); integers longer than
+    MAX_INT_DIGITS are left out (use `integer_tokens` to compare those)."""
+    return [int(t) for t in integer_tokens(text) if len(t.lstrip("-")) <= MAX_INT_DIGITS]
+
+
+def _canonical(value) -> str:
+    """The canonical text form of a gold integer (an int, or a string holding one)."""
+    if isinstance(value, str):
+        tokens = integer_tokens(value.strip())
+        if len(tokens) != 1:
+            raise ValueError(f"gold answer {value[:40]!r} is not one integer")
+        return tokens[0]
+    return str(int(value))
 
 
 def _answers(completions: Sequence, span_tag: str | None) -> list[str | None]:
@@ -75,20 +113,20 @@ def integer_match(*, answer_key: str = "answer", span_tag: str | None = "answer"
     def reward(completions, *, examples):
         out = []
         for answer, example in zip(_answers(completions, span_tag), examples):
-            gold = int(_gold(example, answer_key))
-            ints = standalone_integers(answer) if answer is not None else []
+            gold = _canonical(_gold(example, answer_key))
+            ints = integer_tokens(answer) if answer is not None else []
             out.append(float(bool(ints) and ints[0] == gold))
         return out
 
     return reward
 
 
-def _gold_set(gold) -> set[int]:
+def _gold_set(gold) -> set[str]:
     if isinstance(gold, str):
-        return set(standalone_integers(gold))
+        return set(integer_tokens(gold))
     if isinstance(gold, Iterable):
-        return {int(g) for g in gold}
-    return {int(gold)}
+        return {_canonical(g) for g in gold}
+    return {_canonical(gold)}
 
 
 @register_reward("set_match")
@@ -99,7 +137,7 @@ def set_match(*, answer_key: str = "answer", span_tag: str | None = "answer"):
         out = []
         for answer, example in zip(_answers(completions, span_tag), examples):
             gold = _gold_set(_gold(example, answer_key))
-            predicted = set(standalone_integers(answer)) if answer is not None else set()
+            predicted = set(integer_tokens(answer)) if answer is not None else set()
             out.append(float(bool(gold) and predicted == gold))
         return out
 
