@@ -35,7 +35,8 @@ class SamplerLM:
 
     temperature: 0 = greedy (the authors' top-k 1). seed: the sampler seed of every call when sampling (row keys
     then depend on a row's position in the batch: sampled runs are reproducible for the same batch only).
-    max_len: cache slots per row; prompts longer than `max_len - max_new_tokens` keep their last tokens
+    max_len: cache slots per row, the same for every call (one decode compile per batch size, not one per
+      prompt length); prompts longer than `max_len - max_new_tokens` keep their last tokens
     (the problem text comes first, so this only happens on runaway thoughts) and are counted in `truncated`.
     """
 
@@ -73,12 +74,11 @@ class SamplerLM:
         greedy = self.temperature == 0
         unique = list(dict.fromkeys(tuple(r) for r in ids)) if greedy else [tuple(r) for r in ids]
         params = SamplingParams(max_new_tokens=max_new, temperature=self.temperature, seed=self.seed)
-        max_len = min(self.max_len, bucket_length(max(len(r) for r in unique) + max_new))
         # The batch is padded to a power of two with copies of its first prompt, so a run compiles a few
         # batch shapes rather than one per stage size; the copies' outputs are dropped.
         batch = [list(r) for r in unique]
         batch += [batch[0]] * (bucket_length(len(batch), minimum=1) - len(batch))
-        outs = self.sampler.generate(batch, params, max_len=max_len)[:len(unique)]
+        outs = self.sampler.generate(batch, params, max_len=self.max_len)[:len(unique)]
         self.calls += 1
         by_prompt = dict(zip(unique, outs)) if greedy else None
         result = []

@@ -1,0 +1,53 @@
+"""The environment over our jitted sampler: N = 16 episodes in one batch equal 16 single-episode runs (greedy)."""
+
+import numpy as np
+import pytest
+
+from reasoner.agents.rlot.env import TERMINATE, ThoughtEnv
+from reasoner.agents.rlot.llm import CountingLM, SamplerLM
+from reasoner.tasks.reasoning import Problem
+
+PROBLEMS = [Problem(id=f"p{i}", task="toy", question=f"Tom has {i} apples and buys {i + 2}. How many now?",
+                    gold=str(2 * i + 2), kind="number") for i in range(16)]
+SCRIPT = np.array([[i % 4, (i + 1) % 4, TERMINATE] for i in range(16)])  # Reason/Decompose/Debate/Refine, then end
+
+
+def _run(lm, problems, script):
+    env = ThoughtEnv(lm, problems, max_depth=3, max_width=2)
+    obs = [env.reset_problems(problems)]
+    for s in range(script.shape[1]):
+        obs.append(env.step(script[:, s])[0])
+    return env, obs
+
+
+def _key(e):
+    return (e.steps, e.blocks, [s.tolist() for s in e.states], e.rewards, e.answer_text, e.prompt_tokens,
+            e.completion_tokens, e.llm_calls)
+
+
+def test_batched_sampler_episodes_equal_single_runs(tiny_model, tokenizer):
+    lm16 = CountingLM(SamplerLM(tiny_model, tokenizer, max_new_tokens=6, max_len=1024))
+    env16, obs16 = _run(lm16, PROBLEMS, SCRIPT)
+    # one sampler call per stage: the root evaluation, then per step the stages the chosen blocks need
+    assert lm16.calls == len(env16.stage_log) and lm16.batch_sizes[0] == 16
+    assert lm16.inner.calls == lm16.calls  # SamplerLM made exactly one Sampler.generate per stage
+    for i in range(16):
+        lm1 = SamplerLM(tiny_model, tokenizer, max_new_tokens=6, max_len=1024)
+        env1, obs1 = _run(lm1, PROBLEMS[i:i + 1], SCRIPT[i:i + 1])
+        assert _key(env1.episodes[0]) == _key(env16.episodes[i]), i
+        for a, b in zip(obs16, obs1):
+            np.testing.assert_array_equal(a[i], b[0])
+
+
+@pytest.mark.slow
+def test_smollm2_batched_episodes_equal_single_runs(smollm2, tokenizer):
+    """The real model: 4 episodes in one batch equal their single runs under greedy decoding."""
+    problems, script = PROBLEMS[:4], np.array([[0, 4], [2, 4], [3, 0], [1, 4]])
+    lm = CountingLM(SamplerLM(smollm2, tokenizer, max_new_tokens=24, max_len=2048))
+    env4, _ = _run(lm, problems, script)
+    assert lm.calls == len(env4.stage_log)
+    assert env4.evaluated_states > env4.unparsed_states  # SmolLM2 follows the score format at least sometimes
+    for i in range(4):
+        env1, _ = _run(SamplerLM(smollm2, tokenizer, max_new_tokens=24, max_len=2048), problems[i:i + 1],
+                       script[i:i + 1])
+        assert _key(env1.episodes[0]) == _key(env4.episodes[i]), i

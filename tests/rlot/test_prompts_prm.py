@@ -1,0 +1,83 @@
+"""Score parsing as the authors' code does it, block reply parsers, and the process reward models."""
+
+import numpy as np
+import pytest
+
+from reasoner.agents.rlot import prompts as P
+from reasoner.agents.rlot.prm import MathShepherdPRM, OutcomeOnlyPRM, VerifierPRM, arithmetic_check, shepherd_text
+
+
+def test_scores_parse_in_key_order_with_missing_keys_zero():
+    reply = ("A1 score=[3] reason=[fine]\nA2: 2\nA3 score = [1] reason=[bad]\nB1 score=[0] reason=[n/a]\n"
+             "C2 score=[3] reason=[ok]")
+    scores, parsed = P.parse_scores(reply)
+    np.testing.assert_array_equal(scores, [3, 2, 1, 0, 0, 0, 3])  # B2, C1 missing -> 0
+    assert parsed and scores.dtype == np.float32
+
+
+def test_unparseable_reply_is_the_zero_state():
+    scores, parsed = P.parse_scores("I think the step is good.")
+    assert not parsed and not scores.any()
+    # the authors' pattern skips letters, spaces, ':', '=', '[' but not other digits: "A1 (7)" finds nothing
+    assert P.parse_scores("A1 (7) score")[0][0] == 0
+    assert P.parse_scores("A1\n score=\n[2]")[0][0] == 2
+
+
+def test_block_reply_parsers():
+    assert P.parse_subtasks("### Subtask1: find x\n### Subtask2: find y\n### Subtask3: add", limit=2) == [
+        "find x", "find y"]
+    assert P.parse_subtasks("just do it", limit=5) == ["just do it"]
+    assert P.parse_plans("### Plan1: a\n### Plan2: b\n### Plan3: c\n### Plan4: d") == ["a", "b", "c"]
+    assert P.parse_best_plan("The most promising plan is Plan[2]: shorter", 3) == 1
+    assert P.parse_best_plan("The most promising plan is Plan3: x", 3) == 2
+    assert P.parse_best_plan("Plan 2 seems best", 3) == 0  # format not followed: plan 1
+    assert P.parse_best_plan("The most promising plan is Plan9: x", 3) == 0
+    assert P.says_finished("Yes, it was given.") and not P.says_finished("No.")
+    prefix = P.thought_prefix("Q?", ["first", "second"])
+    assert prefix.startswith("Here is a problem and several reasoning steps.") and "Step 2: second" in prefix
+
+
+def test_arithmetic_verifier():
+    assert arithmetic_check("q", ["She has 16 - 3 - 4 = 9 eggs and earns 9 * 2 = 18 dollars."]) == 1.0
+    assert arithmetic_check("q", ["So 3 + 4 = 8."]) == 0.0
+    assert arithmetic_check("q", ["2 + 2 = 4 and 10 / 4 = 2.5 and 3 x 3 = 10"]) == pytest.approx(2 / 3)
+    assert arithmetic_check("q", ["Let x = 5 be the count."]) == 0.5  # nothing computed: unsure
+    prm = VerifierPRM(arithmetic_check)
+    np.testing.assert_array_equal(prm.score(["a", "b"], [["1 + 1 = 2"], ["1 + 1 = 3"]]), [1.0, 0.0])
+    assert prm.calls == 1
+    np.testing.assert_array_equal(OutcomeOnlyPRM().score(["a"], [["x"]]), [0.0])
+
+
+def test_math_shepherd_scores_equal_the_plain_forward(tiny_model, tokenizer):
+    import jax
+
+    prm = MathShepherdPRM(tiny_model, tokenizer, max_len=256)
+    questions = ["What is 2 + 3?", "Tom has 4 apples and eats one. How many are left?"]
+    steps = [["2 + 3 = 5", "The answer is 5"], ["4 - 1 = 3"]]
+    got = prm.score(questions, steps)
+    assert got.shape == (2,) and prm.calls == 1
+    for q, s, g in zip(questions, steps, got):
+        ids = prm.encode(q, s)
+        assert shepherd_text(q, s).endswith(f"Step {len(s)}: {s[-1]} ки")
+        tag = max(i for i, t in enumerate(ids) if t == prm.tag_id)
+        logits = np.asarray(tiny_model(np.asarray([ids], np.int32),
+                                       positions_BxT=np.arange(len(ids), dtype=np.int32)[None])[0][0, tag])
+        pair = logits[prm.candidates].astype(np.float64)
+        want = 1.0 / (1.0 + np.exp(pair[1] - pair[0]))
+        # the padded batch and the plain forward differ by f32 rounding of logits of size |pair|
+        tol = 64 * np.finfo(np.float32).eps * (1 + np.abs(pair).max())
+        assert abs(float(g) - want) <= tol, (g, want)
+    # one tag per step, and the last one is what `score` returns
+    per_step = prm.step_scores(questions[0], steps[0])
+    assert per_step.shape == (2,) and abs(per_step[-1] - got[0]) <= 1e-6
+
+
+def test_math_shepherd_drops_earliest_steps_when_too_long(tiny_model, tokenizer):
+    prm = MathShepherdPRM(tiny_model, tokenizer, max_len=64)
+    steps = [f"step number {k} says {k} + {k} = {2 * k}" for k in range(12)]
+    ids = prm.encode("Q?", steps)
+    assert len(ids) <= 64
+    text = tokenizer.decode(ids)
+    assert "Step 12:" in text and "Step 1:" not in text  # numbering keeps its offset
+    with pytest.raises(ValueError, match="one token each"):
+        MathShepherdPRM(tiny_model, tokenizer, good="qz7+", bad="wx9-")
