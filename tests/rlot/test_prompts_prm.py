@@ -49,8 +49,6 @@ def test_arithmetic_verifier():
 
 
 def test_math_shepherd_scores_equal_the_plain_forward(tiny_model, tokenizer):
-    import jax
-
     prm = MathShepherdPRM(tiny_model, tokenizer, max_len=256)
     questions = ["What is 2 + 3?", "Tom has 4 apples and eats one. How many are left?"]
     steps = [["2 + 3 = 5", "The answer is 5"], ["4 - 1 = 3"]]
