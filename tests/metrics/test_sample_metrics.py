@@ -1,0 +1,57 @@
+"""maj@k, AUC@k, g-pass@k_alpha, completeness and ECE against hand derivations and scipy's hypergeometric law."""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from reasoner.metrics.reliability import pass_at_k_single, pass_hat_k_single
+from reasoner.metrics.sample_metrics import (auc_at_k, completeness, consistency_ece, g_pass_single, maj_at_k,
+                                             maj_at_k_single)
+
+
+def test_maj_at_k_by_hand():
+    answers = ["A", "A", "B", None]
+    assert maj_at_k_single(answers, "A", 4) == 1.0  # A 2, B 1
+    # k = 2, six pairs: AA 1, AB 1/2 (twice, a tie), A- 1 (twice), B- 0  -> 4 / 6
+    assert maj_at_k_single(answers, "A", 2) == pytest.approx(4 / 6, abs=1e-15)
+    assert maj_at_k_single(answers, "B", 4) == 0.0
+    assert maj_at_k_single(["A", "B"], "B", 2) == 0.5  # a two-way tie
+    assert maj_at_k_single([None, None], "A", 2) == 0.0
+    assert maj_at_k([["A", "A", "B", None], ["C", "C", "C", "D"]], ["A", "D"], k=4) == 0.5
+
+
+def test_auc_by_hand():
+    # n = 4, c = 1: pass@1..4 = 1/4, 1 - 3/6, 1 - 1/4, 1 -> mean 0.625
+    assert auc_at_k([4], [1], k=4) == pytest.approx(0.625, abs=1e-15)
+    assert auc_at_k([4, 4], [0, 4], k=4) == 0.5
+
+
+@pytest.mark.parametrize("n, c", [(4, 0), (4, 1), (4, 3), (8, 5), (16, 7)])
+def test_g_pass_is_a_hypergeometric_tail_with_the_papers_endpoints(n, c):
+    for k in range(1, n + 1):
+        for alpha in (0.25, 0.5, 0.75, 1.0, 1 / k):
+            need = math.ceil(round(alpha * k, 9))
+            want = scipy.stats.hypergeom(n, c, k).sf(need - 1)  # P(X >= need)
+            assert g_pass_single(n, c, k, alpha) == pytest.approx(want, abs=1e-12)
+        assert g_pass_single(n, c, k, 1.0) == pytest.approx(pass_hat_k_single(n, c, k), abs=1e-12)
+        assert g_pass_single(n, c, k, 1 / k) == pytest.approx(pass_at_k_single(n, c, k), abs=1e-12)
+
+
+def test_completeness_and_ece_by_hand():
+    assert completeness([True, True, False, True], [True, False, True, True]) == pytest.approx(2 / 3)
+    assert completeness([False], [True]) is None
+    # one problem, K = 4: answers A A A B, gold A. Confidences 3/4 (x3, correct) and 1/4 (wrong); bins of width 1/4:
+    # bin 3: accuracy 1 vs 0.75, weight 3/4; bin 1: accuracy 0 vs 0.25, weight 1/4 -> 0.1875 + 0.0625 = 0.25
+    assert consistency_ece([["A", "A", "A", "B"]], ["A"]) == pytest.approx(0.25, abs=1e-15)
+    # perfectly consistent and right: confidence 1, accuracy 1
+    assert consistency_ece([["A"] * 4], ["A"]) == 0.0
+    assert np.isclose(consistency_ece([["A"] * 4], ["B"]), 1.0)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="k=5: expected 1 <= k <= attempts"):
+        maj_at_k_single(["A"] * 4, "A", 5)
+    with pytest.raises(ValueError, match="alpha=0: expected"):
+        g_pass_single(4, 1, 2, 0)
