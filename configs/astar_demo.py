@@ -21,6 +21,7 @@ from configs import grpo_astar, sft_astar
 
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
+    c.pipeline = "astar"  # what `reasoner train` starts with this config
     c.seed = 0
     c.single_device = True
     c.mesh = "fsdp=-1"

@@ -15,6 +15,7 @@ import ml_collections
 
 def get_config(variant=None) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
+    c.trainer = "dpo"  # what `reasoner train` starts with this config
     c.seed = 0
     c.mesh = "fsdp=-1"
     c.model = ml_collections.ConfigDict(dict(

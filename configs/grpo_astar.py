@@ -28,6 +28,7 @@ def astar_reward(name: str, dataset: str, *, device: bool = True) -> list[dict]:
 
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
+    c.trainer = "grpo"  # what `reasoner train` starts with this config
     c.seed = 0
     c.mesh = "fsdp=-1"
     c.model = ml_collections.ConfigDict(dict(
@@ -36,7 +37,8 @@ def base_config() -> ml_collections.ConfigDict:
             family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
             num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)),
     ))
-    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj"))
+    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0,
+                                            seed=0))
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/deeprd_records", name="", tfds_dir="", task="astar", dataset="deeprd",
         eval_split="validation", limit=0))

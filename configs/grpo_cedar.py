@@ -17,6 +17,7 @@ import ml_collections
 
 def get_config(variant=None) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
+    c.trainer = "grpo"  # what `reasoner train` starts with this config
     c.seed = 42
     c.mesh = "fsdp=-1"
     c.model = ml_collections.ConfigDict(dict(
@@ -25,7 +26,8 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
             family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
             num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)),
     ))
-    c.lora = ml_collections.ConfigDict(dict(rank=64, alpha=64.0, pattern=r"(attn|mlp)\.\w+_proj"))
+    c.lora = ml_collections.ConfigDict(dict(rank=64, alpha=64.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0,
+                                            seed=42))
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/cedar", name="", tfds_dir="", task="chat", dataset="", eval_split="validation",
         limit=0))

@@ -14,6 +14,7 @@ import ml_collections
 
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
+    c.trainer = "sft"  # what `reasoner train` starts with this config
     c.seed = 0
     c.mesh = "fsdp=-1"  # "[name=size,...]" over data, fsdp, tensor; -1 takes the remaining devices
     c.model = ml_collections.ConfigDict(dict(

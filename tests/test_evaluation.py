@@ -115,7 +115,7 @@ def test_bad_settings_and_inputs(problems):
 def tiny_model():
     from configs.astar_demo import get_config
     from reasoner.sharding import make_mesh
-    from trainers import common
+    from trainers import run as common
 
     cfg = get_config("tiny")
     return common.build_model(cfg.model, mesh=make_mesh("fsdp=-1")), common.load_tokenizer_for(cfg.model)

@@ -1,15 +1,22 @@
-"""Where a trainer's examples come from: chat JSONL through the TFDS builder, or any TFDS data source.
+"""Where a trainer's examples come from.
 
-`config.data.source`:
+SFT / DPO (`load_splits`), by `config.data.source`:
   "jsonl": `config.data.path` is a directory of train/validation/test .jsonl files (see
            `reasoner.data.chat_jsonl`), built once into `config.data.tfds_dir` (default: workdir/tfds).
   "tfds":  `config.data.name` is a registered TFDS builder read with `tfds.data_source` from
            `config.data.tfds_dir`; its records must carry the chat fields (prompt, completion | chosen, rejected).
+GRPO (`load_examples`): rows of `data.path`/<split>.jsonl or of the TFDS builder `data.name`, turned into examples
+(`prompt` plus what the rewards read) by `as_example` for `data.task` "chat", "astar" or "smt"; `PromptStream`
+draws them `per_step` at a time (the GRPO loop's checkpointable source).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
+from collections.abc import Mapping
+
+import numpy as np
 
 
 def load_splits(data_cfg, *, kind: str, workdir) -> dict:
@@ -30,3 +37,92 @@ def load_splits(data_cfg, *, kind: str, workdir) -> dict:
         return {split: DecodedSource(builder.as_data_source(split=split), FIELDS[kind])
                 for split in builder.info.splits.keys()}
     raise ValueError(f"data.source={data_cfg.source!r}; expected 'jsonl' or 'tfds'")
+
+
+def load_examples(data_cfg, *, split: str) -> list[dict]:
+    """Examples of `split` from `data.source` "jsonl" (`data.path`/<split>.jsonl) or "tfds" (`data.name`)."""
+    if data_cfg.source == "jsonl":
+        from reasoner.data.jsonl import read_jsonl
+
+        path = pathlib.Path(data_cfg.path)
+        path = path / f"{split}.jsonl" if path.is_dir() else path
+        if not path.exists():
+            raise FileNotFoundError(f"data.path: {path} does not exist; expected a .jsonl file or a directory "
+                                    f"holding {split}.jsonl")
+        rows = read_jsonl(path, what=f"one data.task={data_cfg.task!r} row per line")
+    elif data_cfg.source == "tfds":
+        import tensorflow_datasets as tfds
+
+        builder = tfds.builder(data_cfg.name, data_dir=data_cfg.tfds_dir or None, file_format="array_record")
+        source = builder.as_data_source(split=split)
+        rows = [dict(source[i]) for i in range(len(source))]
+    else:
+        raise ValueError(f"data.source={data_cfg.source!r}: expected 'jsonl' or 'tfds'")
+    if data_cfg.get("limit"):
+        rows = rows[: int(data_cfg.limit)]
+    return [as_example(r, task=data_cfg.task, dataset=data_cfg.dataset) for r in rows]
+
+
+def as_example(row: Mapping, *, task: str, dataset: str = "deeprd") -> dict:
+    """A row ready for rollout and rewards: `prompt` plus the fields the rewards read. A row that already has a
+    `prompt` is taken as is (task "chat")."""
+    if "prompt" in row or task == "chat":
+        if "prompt" not in row:
+            raise ValueError(f"row {str(row)[:120]}: expected a 'prompt' field (chat messages or a string)")
+        return dict(row)
+    if task == "astar":
+        from reasoner.tasks.astar import problem_from_record, prompt_messages
+
+        problem = problem_from_record(row, dataset=dataset)
+        return {**problem.record, "prompt": prompt_messages(problem)}
+    if task == "smt":  # a Logic-LLM record, prompted exactly as the SMT scratchpad evaluation prompts it
+        from reasoner.rewards.match import logic_problem
+        from reasoner.tasks.logic_llm import render_messages
+
+        return {**row, "prompt": render_messages(logic_problem(row, dataset=dataset))}
+    raise ValueError(f"data.task={task!r}: expected 'chat', 'astar' or 'smt'")
+
+
+def prompt_token_ids(tokenizer, prompt) -> list[int]:
+    """Chat messages -> the chat template with the generation prompt; a string -> its tokens as is."""
+    from reasoner.tokenization import chat_ids, encode
+
+    return encode(tokenizer, prompt) if isinstance(prompt, str) else chat_ids(tokenizer, list(prompt))
+
+
+@dataclasses.dataclass
+class PromptStream:
+    """Prompt indices, `per_step` at a time for `total_steps` steps, reshuffled every epoch from `seed`;
+    checkpointable by `step` (`get_state` / `set_state`), iterable like the SFT/DPO `BatchIterator`."""
+
+    size: int
+    per_step: int
+    seed: int
+    total_steps: int = 0
+    step: int = 0
+
+    def __post_init__(self):
+        if self.size < 1:
+            raise ValueError("the prompt dataset is empty: expected at least one example")
+
+    def next(self) -> list[int]:
+        out = []
+        for i in range(self.step * self.per_step, (self.step + 1) * self.per_step):
+            epoch, pos = divmod(i, self.size)
+            out.append(int(np.random.default_rng([self.seed, epoch]).permutation(self.size)[pos]))
+        self.step += 1
+        return out
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> list[int]:
+        if self.step >= self.total_steps:
+            raise StopIteration
+        return self.next()
+
+    def get_state(self) -> dict:
+        return {"step": self.step}
+
+    def set_state(self, state: Mapping) -> None:
+        self.step = int(state["step"])

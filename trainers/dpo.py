@@ -9,11 +9,12 @@ the step under `stop_gradient`. Logged: loss and TRL's rewards/chosen, rewards/r
 rewards/accuracies, rewards/margins (means over pairs), plus logps/chosen and logps/rejected.
 Pairs are not packed: chosen and rejected rows run as one [2B, T] forward.
 
-Reads top to bottom: mesh, data, model, reference, state, step, eval, loop.
+Reads top to bottom: loss, data, reference, setup and step, eval, train (setup -> run_loop).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import pathlib
 from typing import Any
@@ -25,10 +26,10 @@ from flax import nnx
 
 from reasoner.checkpoint import fingerprint
 from reasoner.data.pipeline import BatchIterator, batch_sharding, eval_batches, prepare_dpo, to_global_batch
-from trainers import common
+from reasoner.models.scoring import sequence_logps
 from trainers.losses import dpo_per_pair_loss, dpo_reward_sums
-from trainers.loop import LoopResult, run_loop
-from trainers.optim import make_optimizer
+from trainers.loop import LoopResult, run_loop, train_flops_per_token
+from trainers.run import Frozen, Run, merged_for_export, setup, with_reference
 from trainers.step import jit_train_step, make_train_step
 
 SIDES = ("chosen", "rejected")
@@ -38,8 +39,7 @@ FIELDS = ("tokens", "positions", "segment_ids", "loss_mask")
 def pair_logps(model, mb: dict) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """(chosen_logps [B], rejected_logps [B], chosen_lengths [B], rejected_lengths [B]) in one [2B, T] forward."""
     both = {f: jnp.concatenate([mb[f"chosen_{f}"], mb[f"rejected_{f}"]], axis=0) for f in FIELDS}
-    logp, mask = common.sequence_logprobs(model, tokens=both["tokens"], positions=both["positions"],
-                                          segment_ids=both["segment_ids"], loss_mask=both["loss_mask"])
+    logp, mask = sequence_logps(model, both)
     seq = jnp.sum(logp * mask, axis=-1)
     lengths = jnp.sum(mask, axis=-1)
     b = mb["chosen_tokens"].shape[0]
@@ -62,15 +62,16 @@ def dpo_terms(dpo_cfg, *, policy, ref, lengths):
 
 
 def dpo_loss_fn(graphdef, dpo_cfg, *, precomputed: bool):
-    """loss_fn(params, frozen, mb, denom); frozen = {"rest": non-trainable, "ref": reference params or {}}."""
+    """loss_fn(params, frozen: Frozen, mb, denom); the reference's log-probs come precomputed in `mb` or from
+    `frozen.reference` under stop_gradient."""
 
-    def loss_fn(params, frozen, mb: dict, denom: jax.Array):
-        model = nnx.merge(graphdef, params, frozen["rest"])
+    def loss_fn(params, frozen: Frozen, mb: dict, denom: jax.Array):
+        model = nnx.merge(graphdef, params, frozen.base)
         pc, pr, lc, lr = pair_logps(model, mb)
         if precomputed:
             rc, rr = mb["ref_chosen_logps"], mb["ref_rejected_logps"]
         else:
-            ref_model = nnx.merge(graphdef, frozen["ref"], frozen["rest"])
+            ref_model = nnx.merge(graphdef, frozen.reference, frozen.base)
             rc, rr, _, _ = jax.tree.map(jax.lax.stop_gradient, pair_logps(ref_model, mb))
         per_pair, sums = dpo_terms(dpo_cfg, policy=(pc, pr), ref=(rc, rr), lengths=(lc, lr))
         return jnp.sum(per_pair) / denom, sums
@@ -94,19 +95,19 @@ def mean_metrics(m: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def reference_logps(graphdef, ref_params, rest, rows: dict, *, mesh, batch_size: int) -> dict[str, np.ndarray]:
-    """One pass of the reference over every pair: {"ref_chosen_logps": [P], "ref_rejected_logps": [P]}."""
+def reference_logps(graphdef, frozen: Frozen, rows: dict, *, mesh, batch_size: int) -> dict[str, np.ndarray]:
+    """One pass of `frozen.reference` over every pair: {"ref_chosen_logps": [P], "ref_rejected_logps": [P]}."""
 
     @jax.jit
-    def one(ref_params, rest, batch):
+    def one(frozen, batch):
         mb = jax.tree.map(lambda x: x[0], batch)
-        c, r, _, _ = pair_logps(nnx.merge(graphdef, ref_params, rest), mb)
+        c, r, _, _ = pair_logps(nnx.merge(graphdef, frozen.reference, frozen.base), mb)
         return c, r
 
     keys = [f"{s}_{f}" for s in SIDES for f in FIELDS]
     chosen, rejected = [], []
     for b in eval_batches({k: rows[k] for k in keys}, batch_size=batch_size):
-        c, r = one(ref_params, rest, to_global_batch(b, mesh))
+        c, r = one(frozen, to_global_batch(b, mesh))
         chosen.append(np.asarray(c))
         rejected.append(np.asarray(r))
     n = len(rows["chosen_tokens"])
@@ -128,17 +129,10 @@ def _cached_reference(path: pathlib.Path, key: str, compute) -> dict[str, np.nda
     return values
 
 
-def build_dpo(config, *, workdir, tokenizer=None, splits=None, devices=None) -> dict[str, Any]:
-    """Mesh, data, model, state and the jitted step of a run (`devices`: a subset for tests; default all)."""
-    # ---- mesh
-    from reasoner.sharding import make_mesh
+def load_rows(config, *, tokenizer, workdir, splits=None):
+    """(train rows, validation rows or None, stats) of `config.data`: chosen_* / rejected_* arrays [P, T]."""
+    from trainers.data import load_splits
 
-    mesh = make_mesh(config.mesh, devices=devices)
-
-    # ---- data
-    from trainers.data_sources import load_splits
-
-    tokenizer = tokenizer or common.load_tokenizer_for(config.model)
     splits = splits if splits is not None else load_splits(config.data, kind="dpo", workdir=workdir)
     d = config.data
     rows, stats = prepare_dpo(splits["train"], tokenizer, seq_len=d.seq_len, overflow=d.overflow, split="train")
@@ -146,75 +140,93 @@ def build_dpo(config, *, workdir, tokenizer=None, splits=None, devices=None) -> 
     if "validation" in splits:
         val_rows, _ = prepare_dpo(splits["validation"], tokenizer, seq_len=d.seq_len, overflow=d.overflow,
                                   split="validation")
+    return rows, val_rows, stats
 
-    # ---- model (the policy starts from the reference weights unless dpo.ref_model names another)
-    model = common.build_model(config.model, mesh=mesh)
-    lora = common.add_lora(model, config.lora)
-    graphdef, params, rest, trainable_state, rest_state = common.split_trainable(model, lora=lora)
-    params_sh = common.pure_shardings(trainable_state, mesh)
-    rest_sh = common.pure_shardings(rest_state, mesh)
-    if config.dpo.ref_model and lora:
+
+def dpo_reference(run: Run) -> Run:
+    """`run` with its frozen reference: `reference_params` (the starting policy; under LoRA the adapter-free base),
+    or the model `dpo.ref_model` names."""
+    config = run.config
+    if not config.dpo.ref_model:
+        return with_reference(run)
+    if run.lora:
         raise ValueError("dpo.ref_model with LoRA: the reference is the adapter-free base; leave dpo.ref_model empty")
-    if config.dpo.ref_model:
-        ref_cfg = config.model.copy_and_resolve_references()
-        ref_cfg.name = config.dpo.ref_model
-        _, ref_params, _, _, _ = common.split_trainable(common.build_model(ref_cfg, mesh=mesh), lora=False)
-    else:
-        # the starting policy (with LoRA: fresh adapters, B = 0, i.e. exactly the base model); a separate
-        # buffer because the policy's is donated each step
-        ref_params = jax.tree.map(jnp.copy, params)
+    from trainers.run import build_model, split_trainable
 
-    # ---- reference log-probs
-    precomputed = bool(config.dpo.precompute_ref)
-    if precomputed:
-        def compute_for(r):
-            return lambda: reference_logps(graphdef, ref_params, rest, r, mesh=mesh,
-                                           batch_size=config.train.batch_size)
+    ref_cfg = config.model.copy_and_resolve_references()
+    ref_cfg.name = config.dpo.ref_model
+    _, ref_params, _, _, _ = split_trainable(build_model(ref_cfg, mesh=run.mesh), lora=False)
+    return with_reference(run, ref_params)
 
-        key = hashlib.sha256((fingerprint(ref_params) + str(sorted(stats.as_dict().items()))
-                              + str(config.model.to_dict()) + str(d.to_dict())).encode()).hexdigest()[:16]
-        rows = {**rows, **_cached_reference(pathlib.Path(workdir) / "ref_logps.npz", key, compute_for(rows))}
-        if val_rows is not None:
-            val_rows = {**val_rows, **compute_for(val_rows)()}
-        frozen = {"rest": rest, "ref": {}}
-        frozen_sh = {"rest": rest_sh, "ref": {}}
-    else:
-        frozen = {"rest": rest, "ref": ref_params}
-        frozen_sh = {"rest": rest_sh, "ref": params_sh}
+
+def with_reference_logps(run: Run, rows: dict, *, workdir, stats, batch_size: int) -> dict:
+    """`rows` plus the reference's log-probs of every pair, cached in `workdir/ref_logps.npz` under a key of the
+    reference weights, data and model config (an explicit stage: one forward pass over the dataset)."""
+    key = hashlib.sha256((fingerprint(run.frozen.reference) + str(sorted(stats.as_dict().items()))
+                          + str(run.config.model.to_dict()) + str(run.config.data.to_dict())).encode()).hexdigest()[:16]
+
+    def compute():
+        return reference_logps(run.graphdef, run.frozen, rows, mesh=run.mesh, batch_size=batch_size)
+
+    return {**rows, **_cached_reference(pathlib.Path(workdir) / "ref_logps.npz", key, compute)}
+
+
+@dataclasses.dataclass(frozen=True)
+class DPOSetup:
+    """A run (with its reference) and its data: pair rows, validation rows or None, iterator, stats, jitted step.
+    With `dpo.precompute_ref` the rows carry the reference log-probs and `run.frozen.reference` is None."""
+
+    run: Run
+    rows: dict
+    val_rows: dict | None
+    stats: Any
+    iterator: BatchIterator
+    step: Any
+    precomputed: bool
+
+
+def build_dpo(config, *, workdir, tokenizer=None, splits=None, devices=None) -> DPOSetup:
+    """Data, run, reference and step of `config` (`devices`: a subset for tests; default all)."""
+    from reasoner.sharding import make_mesh
+    from trainers.run import load_tokenizer_for
+
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer_for(config.model)
+    rows, val_rows, stats = load_rows(config, tokenizer=tokenizer, workdir=workdir, splits=splits)
     iterator = BatchIterator(rows, batch_size=config.train.batch_size, grad_accum=config.train.grad_accum,
                              seed=config.seed, num_epochs=config.train.num_epochs)
-
-    # ---- state
-    optimizer, schedule = make_optimizer(config.optim, total_steps=iterator.total_steps)
-    state_sh = common.state_sharding(params_sh, optimizer, params, mesh)
-    state = common.init_state(params, optimizer, seed=config.seed, sharding=state_sh)
-
-    # ---- step
-    batch_sh = {k: batch_sharding(mesh, ndim=v.ndim + 1) for k, v in rows.items()}
+    run = dpo_reference(setup(config, total_steps=iterator.total_steps, tokenizer=tokenizer,
+                              mesh=make_mesh(config.mesh, devices=devices)))
+    precomputed = bool(config.dpo.precompute_ref)
+    batch_size = int(config.train.batch_size)
+    if val_rows is not None:  # evaluation always reads the reference's log-probs from the rows
+        val_rows = {**val_rows, **reference_logps(run.graphdef, run.frozen, val_rows, mesh=run.mesh,
+                                                  batch_size=batch_size)}
+    if precomputed:
+        rows = with_reference_logps(run, rows, workdir=workdir, stats=stats, batch_size=batch_size)
+        run = run.replace(frozen=Frozen(base=run.frozen.base),
+                          shardings=dataclasses.replace(run.shardings, frozen=Frozen(base=run.shardings.frozen.base)))
+        iterator = BatchIterator(rows, batch_size=config.train.batch_size, grad_accum=config.train.grad_accum,
+                                 seed=config.seed, num_epochs=config.train.num_epochs)
+    batch_sh = {k: batch_sharding(run.mesh, ndim=v.ndim + 1) for k, v in rows.items()}
     step = jit_train_step(
-        make_train_step(loss_fn=dpo_loss_fn(graphdef, config.dpo, precomputed=precomputed), optimizer=optimizer,
-                        schedule=schedule, denominator=pair_denominator),
-        state_sharding=state_sh, frozen_sharding=frozen_sh, batch_sharding=batch_sh,
-        metrics_sharding=common.replicated(mesh))
-    return dict(mesh=mesh, tokenizer=tokenizer, rows=rows, val_rows=val_rows, stats=stats, iterator=iterator,
-                model_cfg=model.cfg, graphdef=graphdef, frozen=frozen, state=state, step=step,
-                precomputed=precomputed, ref_params=ref_params, rest=rest)
+        make_train_step(loss_fn=dpo_loss_fn(run.graphdef, config.dpo, precomputed=precomputed),
+                        optimizer=run.optimizer, schedule=run.schedule, denominator=pair_denominator),
+        state_sharding=run.shardings.state, frozen_sharding=run.shardings.frozen, batch_sharding=batch_sh,
+        metrics_sharding=run.shardings.replicated)
+    return DPOSetup(run=run, rows=rows, val_rows=val_rows, stats=stats, iterator=iterator, step=step,
+                    precomputed=precomputed)
 
 
-def make_eval_fn(parts: dict, dpo_cfg, *, batch_size: int):
+def make_eval_fn(s: DPOSetup, dpo_cfg, *, batch_size: int):
     """state -> validation {"val_loss", "val_rewards/accuracies", "val_rewards/margins", ...} (means over pairs)."""
-    graphdef, mesh = parts["graphdef"], parts["mesh"]
-    val_rows = parts["val_rows"]
+    run, val_rows = s.run, s.val_rows
     n = len(val_rows["chosen_tokens"])
-    if not parts["precomputed"]:
-        val_rows = {**val_rows, **reference_logps(graphdef, parts["ref_params"], parts["rest"], val_rows,
-                                                  mesh=mesh, batch_size=batch_size)}
     batches = eval_batches(val_rows, batch_size=batch_size)
 
     @jax.jit
-    def one(params, rest, batch):
+    def one(params, frozen, batch):
         mb = jax.tree.map(lambda x: x[0], batch)
-        pc, pr, lc, lr = pair_logps(nnx.merge(graphdef, params, rest), mb)
+        pc, pr, lc, lr = pair_logps(nnx.merge(run.graphdef, params, frozen.base), mb)
         valid = (lc > 0).astype(jnp.float32)  # filler rows have no completion tokens
         per_pair, _ = dpo_terms(dpo_cfg, policy=(pc, pr), ref=(mb["ref_chosen_logps"], mb["ref_rejected_logps"]),
                                 lengths=(lc, lr))
@@ -228,34 +240,45 @@ def make_eval_fn(parts: dict, dpo_cfg, *, batch_size: int):
     def eval_fn(state) -> dict[str, float]:
         totals: dict[str, float] = {}
         for b in batches:
-            for k, v in one(state.params, parts["rest"], to_global_batch(b, mesh)).items():
+            for k, v in one(state.params, run.frozen, to_global_batch(b, run.mesh)).items():
                 totals[k] = totals.get(k, 0.0) + float(v)
         return {k: v / n for k, v in totals.items()}
 
     return eval_fn
 
 
+def make_update(s: DPOSetup):
+    """`update(state, host_batch) -> (state, host metrics as TRL's per-pair means)` for `run_loop`."""
+
+    def update(state, host_batch):
+        state, metrics = s.step(state, s.run.frozen, to_global_batch(host_batch, s.run.mesh))
+        host = mean_metrics({k: float(v) for k, v in jax.device_get(metrics).items()})
+        host.update(truncated=s.stats.truncated, dropped=s.stats.dropped,
+                    epoch=(s.iterator.step - 1) // s.iterator.steps_per_epoch,
+                    batch_tokens=sum(int(np.count_nonzero(v)) for k, v in host_batch.items()
+                                     if k.endswith("segment_ids")))
+        return state, host
+
+    return update
+
+
 def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None, devices=None) -> LoopResult:
     """Runs (or resumes) DPO in `workdir`; exports the final weights when `export_dir` is set."""
     workdir = pathlib.Path(workdir)
-    parts = build_dpo(config, workdir=workdir, tokenizer=tokenizer, splits=splits, devices=devices)
-    stats = parts["stats"]
-    print(f"[dpo] train pairs: {stats.as_dict()}; {parts['iterator'].total_steps} steps", flush=True)
-    eval_fn = (make_eval_fn(parts, config.dpo, batch_size=config.train.batch_size)
-               if parts["val_rows"] is not None else None)
-    meta = {"trainer": "dpo", "fingerprint": fingerprint(parts["state"]), "data": stats.as_dict()}
+    s = build_dpo(config, workdir=workdir, tokenizer=tokenizer, splits=splits, devices=devices)
+    print(f"[dpo] train pairs: {s.stats.as_dict()}; {s.iterator.total_steps} steps", flush=True)
+    eval_fn = (make_eval_fn(s, config.dpo, batch_size=config.train.batch_size)
+               if s.val_rows is not None else None)
+    meta = {"trainer": "dpo", "fingerprint": fingerprint(s.run.state), "data": s.stats.as_dict()}
     result = run_loop(
-        trainer="dpo", workdir=workdir, state=parts["state"], frozen=parts["frozen"], step_fn=parts["step"],
-        iterator=parts["iterator"], mesh=parts["mesh"], meta=meta, train_cfg=config.train,
-        postprocess=lambda m: {**mean_metrics(m), "truncated": stats.truncated, "dropped": stats.dropped},
-        eval_fn=eval_fn, best_metric=None,
+        s.run, source=s.iterator, update=make_update(s), workdir=workdir, trainer="dpo", meta=meta,
+        eval_fn=eval_fn, eval_every=s.iterator.steps_per_epoch,
         # policy forward+backward (3 passes) plus the reference forward when it is not precomputed
-        flops_per_token=common.train_flops_per_token(
-            parts["model_cfg"], seq_len=config.data.seq_len, passes=3.0 if parts["precomputed"] else 4.0),
+        flops_per_token=train_flops_per_token(s.run.model_cfg, seq_len=config.data.seq_len,
+                                              passes=3.0 if s.precomputed else 4.0),
         progress=progress)
-    if config.get("export_dir"):
+    if config.get("export_dir") and not result.preempted:
         from reasoner.models.export import export_hf
 
-        export_hf(common.merged_for_export(parts["graphdef"], result.state.params, parts["rest"]),
-                  str(config.export_dir))
+        export_hf(merged_for_export(s.run, result.state.params), str(config.export_dir))
     return result

@@ -145,31 +145,6 @@ def group_advantages(rewards_B, *, num_generations: int, scale_rewards: str | bo
     return advantages_B, std_B, is_std_zero_B
 
 
-# ----------------------------------------------------------------------------------------------- log-probs
-
-
-def token_logps_and_entropy(logits_BxTxV, token_ids_BxT, *, temperature: float = 1.0):
-    """Per-token log-probs of `token_ids_BxT` and the entropy (nats) of each position, from temperature-scaled logits.
-
-    logits_BxTxV[:, t] must be the logits that predict token_ids_BxT[:, t] (for a prompt of P tokens followed by
-    the completion, the model's logits at positions P-1 .. P+T-2). TRL scales by the sampling temperature before
-    the softmax (its fused LM head), so the policy, old and reference log-probs must all use the same temperature.
-    Computed in float32 whatever the logits dtype.
-    """
-    if temperature <= 0:
-        raise ValueError(f"temperature={temperature}: expected > 0")
-    if logits_BxTxV.shape[:2] != token_ids_BxT.shape:
-        raise ValueError(f"logits_BxTxV {logits_BxTxV.shape} and token_ids_BxT {token_ids_BxT.shape}: "
-                         "expected the same [B, T]")
-    logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32) / temperature, axis=-1)
-    logps_BxT = jnp.take_along_axis(logp_BxTxV, token_ids_BxT[..., None].astype(jnp.int32), axis=-1)[..., 0]
-    # Entries masked to -inf (e.g. by a logits processor) contribute 0, not 0 * -inf = NaN; the inner where keeps
-    # the gradient finite too.
-    p_BxTxV = jnp.exp(logp_BxTxV)
-    entropy_BxT = -jnp.sum(p_BxTxV * jnp.where(p_BxTxV > 0, logp_BxTxV, 0.0), axis=-1)
-    return logps_BxT, entropy_BxT
-
-
 # ----------------------------------------------------------------------------------------------- masks
 
 

@@ -1,126 +1,233 @@
-"""The training loop shared by SFT and DPO: resume, step, log, evaluate, checkpoint.
+"""`run_loop(run, *, source, update, ...)`: the one training loop under every trainer (SFT, DPO, GRPO).
 
-`run_loop` drives a jitted `step(state, frozen, batch)` over a `BatchIterator`:
-  * resumes from `workdir/checkpoints` when it holds one (state, data-iterator position, metrics log
-    truncated to the restored step), so a killed run continues exactly where its checkpoint was;
-  * writes `metrics.jsonl` each step (loss, grad_norm, lr, tokens/s, MFU, trainer sums) and shows a
-    tqdm bar with loss and tokens/s;
-  * evaluates at each epoch end (`eval_fn(state) -> {name: value}`), offers the state to `best/` by
-    `best_metric`, then checkpoints; also checkpoints every `checkpoint_every` steps;
-  * skips NaN/inf updates (the step reports `skipped`) and stops after `max_nonfinite_steps` in a row;
-  * at the end waits for async saves and draws `curves.png`.
+    result = run_loop(run, source=iterator, update=update, workdir=workdir, trainer="sft", meta=meta)
+
+`source` is any checkpointable iterator: it yields one item per optimizer step (a host batch, a list of prompt
+indices, ...) and has `step` (items taken so far), `total_steps`, `get_state()` and `set_state(state)` (the SFT/DPO
+`BatchIterator`, GRPO's `PromptStream`). `update(state, item) -> (state, metrics)` does one step (SFT/DPO: the
+jitted step on the global batch; GRPO: rollout, rewards and updates); its metrics are host floats, and a
+`batch_tokens` entry (tokens the step read) turns into `tokens_per_s` and MFU. The loop owns:
+  * resume from `workdir/checkpoints` (state, source position, metrics log truncated to the restored step), so a
+    killed run continues exactly where its checkpoint was;
+  * `metrics.jsonl` (process 0 only), a tqdm bar, `eval_fn(state) -> {name: value}` every `eval_every` steps and at
+    the end, the best checkpoint by `best_metric`, a checkpoint every `train.checkpoint_every` steps, after each
+    evaluation and at the end;
+  * the non-finite guard: the step reports `skipped`; `train.max_nonfinite_steps` in a row stop the run;
+  * preemption: SIGTERM (what SLURM and TPU preemption send) or a first SIGINT lets the current step (and its
+    evaluation, if one is due) finish, writes a checkpoint at that step, flushes metrics and returns with
+    `preempted=True` (the CLI then exits 0); the next start resumes exactly. A second SIGINT stops at once
+    (KeyboardInterrupt, no checkpoint).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
+import signal
 import sys
+import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import jax
-import numpy as np
 
 from reasoner.checkpoint import RunCheckpoints, check_workdir
-from reasoner.data.pipeline import BatchIterator, to_global_batch
 from reasoner.metrics.curves import MetricsWriter, plot_curves
-from trainers.common import NonFiniteGuard, peak_flops_per_device
+from trainers.run import Run
 from trainers.state import TrainState
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many consecutive steps had a NaN/inf loss or gradient."""
+
+
+class Source(Protocol):
+    step: int
+    total_steps: int
+
+    def __iter__(self): ...
+
+    def __next__(self): ...
+
+    def get_state(self) -> dict: ...
+
+    def set_state(self, state: dict) -> None: ...
 
 
 @dataclasses.dataclass
 class LoopResult:
     state: TrainState
     last_metrics: dict[str, float]
+    history: list[dict[str, float]]
     eval_history: list[dict[str, float]]
     resumed_from: int | None
     skipped_steps: int
+    preempted: bool = False
 
 
-def _host(metrics: dict[str, Any]) -> dict[str, float]:
-    return {k: float(np.asarray(v)) for k, v in jax.device_get(metrics).items()}
+@dataclasses.dataclass
+class NonFiniteGuard:
+    """Counts consecutive skipped steps; raises after `max_in_a_row`."""
+
+    max_in_a_row: int
+    in_a_row: int = 0
+    total: int = 0
+
+    def update(self, skipped: bool, *, step: int) -> None:
+        if not skipped:
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        self.total += 1
+        if self.in_a_row >= self.max_in_a_row:
+            raise NonFiniteLossError(
+                f"step {step}: loss or gradient was NaN/inf for {self.in_a_row} steps in a row "
+                f"(train.max_nonfinite_steps={self.max_in_a_row}); stopping. Lower the learning rate or check the data")
 
 
-def run_loop(
-    *,
-    trainer: str,
-    workdir,
-    state: TrainState,
-    frozen: Any,
-    step_fn: Callable,
-    iterator: BatchIterator,
-    mesh,
-    meta: dict,
-    train_cfg,
-    postprocess: Callable[[dict[str, float]], dict[str, float]] = lambda m: m,
-    eval_fn: Callable[[TrainState], dict[str, float]] | None = None,
-    best_metric: str | None = None,
-    flops_per_token: float | None = None,
-    progress: bool = True,
-) -> LoopResult:
-    """Runs (or resumes) training to the iterator's end; see the module docstring."""
+class Preemption:
+    """SIGTERM / first SIGINT set `requested`; a second SIGINT raises KeyboardInterrupt. Handlers are installed only
+    in the main thread (signals are delivered there) and restored on exit."""
+
+    def __init__(self, log: Callable[[str], None]):
+        self.requested: str | None = None
+        self._log = log
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum, _frame) -> None:
+        name = signal.Signals(signum).name
+        if signum == signal.SIGINT and self.requested is not None:
+            raise KeyboardInterrupt(f"second {name}: stopping without a checkpoint")
+        self.requested = name
+        self._log(f"{name} received: finishing the current step, then checkpoint and exit "
+                  f"(a second SIGINT stops at once)")
+
+    def __enter__(self) -> Preemption:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+# ---------------------------------------------------------------------------------------------- MFU
+# Dense bf16 peak FLOP/s per chip (vendor datasheets); unknown kinds (CPU) report no MFU.
+PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12,
+              "TPU v5p": 459e12, "TPU v4": 275e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12}
+
+
+def peak_flops_per_device() -> float | None:
+    kind = jax.devices()[0].device_kind
+    for name, flops in PEAK_FLOPS.items():
+        if name.lower() in kind.lower():
+            return flops
+    return None
+
+
+def train_flops_per_token(model_cfg, *, seq_len: int, passes: float = 3.0) -> float:
+    """FLOPs per trained token: `passes` x 2 x (matmul params + attention). 3 = forward + backward
+    (PaLM appendix B: 6N + 12 L H Dh T for training; attention counted over the full T, causal halves it
+    in practice but the convention counts it whole)."""
+    c = model_cfg
+    attn_proj = c.hidden_size * c.head_dim * (2 * c.num_heads + 2 * c.num_kv_heads)
+    mlp = 3 * c.hidden_size * c.intermediate_size
+    head = c.hidden_size * c.vocab_size
+    matmul_params = c.num_layers * (attn_proj + mlp) + head
+    attention = 2 * c.num_layers * c.num_heads * c.head_dim * seq_len
+    return passes * 2.0 * (matmul_params + attention)
+
+
+def is_primary() -> bool:
+    """Whether this process writes metrics and reports (process 0)."""
+    try:
+        from reasoner.distributed import is_primary as primary
+    except ImportError:
+        return jax.process_index() == 0
+    return primary()
+
+
+# ---------------------------------------------------------------------------------------------- loop
+def run_loop(run: Run, *, source: Source, update: Callable[[TrainState, Any], tuple[TrainState, dict]], workdir,
+             trainer: str, meta: dict, eval_fn: Callable[[TrainState], dict[str, float]] | None = None,
+             eval_every: int = 0, best_metric: str | None = None, flops_per_token: float | None = None,
+             progress: bool = True, on_close: Callable[[], None] | None = None) -> LoopResult:
+    """Runs (or resumes) `update` over `source` to its end; see the module docstring."""
+    train_cfg = run.config.train
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     check_workdir(workdir)
     ckpt = RunCheckpoints(workdir, keep=int(train_cfg.keep_checkpoints), best_metric=best_metric,
                           async_save=bool(train_cfg.async_checkpoint))
-    writer = MetricsWriter(workdir / "metrics.jsonl", enabled=jax.process_index() == 0)
+    writer = MetricsWriter(workdir / "metrics.jsonl", enabled=is_primary())
+    state = run.state
     resumed_from = ckpt.latest_step()
     if resumed_from is not None:
         state, data_state, _ = ckpt.restore(state, expected_meta=meta)
-        iterator.set_state(data_state)
+        source.set_state(data_state)
         writer.truncate_after(int(resumed_from))
     guard = NonFiniteGuard(int(train_cfg.max_nonfinite_steps))
     peak = peak_flops_per_device()
-    n_devices = mesh.devices.size
+    n_devices = run.mesh.devices.size
     every = int(train_cfg.checkpoint_every)
+    total = int(source.total_steps)
+    history: list[dict[str, float]] = []
     eval_history: list[dict[str, float]] = []
-    last: dict[str, float] = {}
 
     from tqdm import tqdm
 
-    bar = tqdm(total=iterator.total_steps, initial=iterator.step, desc=trainer, unit="step",
-               disable=not progress or jax.process_index() != 0, file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=total, initial=source.step, desc=trainer, unit="step", file=sys.stderr, dynamic_ncols=True,
+               disable=not progress or not writer.enabled)
+    log = lambda msg: bar.write(f"[{trainer}] {msg}", file=sys.stdout)  # noqa: E731
+    preemption = Preemption(log)
+    saved_at = resumed_from
     tick = time.perf_counter()
     try:
-        for host_batch in iterator:
-            batch = to_global_batch(host_batch, mesh)
-            tokens = int(sum(np.count_nonzero(v) for k, v in host_batch.items() if k.endswith("segment_ids")))
-            state, metrics = step_fn(state, frozen, batch)
-            host = postprocess(_host(metrics))
-            seconds = max(time.perf_counter() - tick, 1e-9)
-            step = iterator.step
-            host["tokens_per_s"] = tokens / seconds
-            host["step_seconds"] = seconds
-            if peak is not None and flops_per_token is not None:
-                host["mfu"] = tokens * flops_per_token / seconds / (peak * n_devices)
-            host["epoch"] = (step - 1) // iterator.steps_per_epoch
-            writer.write(step, "train", **host)
-            last = host
-            bar.set_postfix(loss=f"{host['loss']:.4f}", tok_s=f"{host['tokens_per_s']:.0f}", refresh=False)
-            bar.update(1)
-            guard.update(bool(host["skipped"]), step=step)
+        with preemption:
+            for item in source:
+                state, host = update(state, item)
+                seconds = max(time.perf_counter() - tick, 1e-9)
+                step = int(source.step)
+                host["step_seconds"] = seconds
+                tokens = host.pop("batch_tokens", None)
+                if tokens is not None:
+                    host["tokens_per_s"] = tokens / seconds
+                    if peak is not None and flops_per_token is not None:
+                        host["mfu"] = tokens * flops_per_token / seconds / (peak * n_devices)
+                writer.write(step, "train", **host)
+                history.append({"step": step, **host})
+                bar.set_postfix(loss=f"{host['loss']:.4f}", refresh=False)
+                bar.update(1)
+                guard.update(bool(host["skipped"]), step=step)
 
-            epoch_end = step % iterator.steps_per_epoch == 0
-            if epoch_end and eval_fn is not None:
-                evals = eval_fn(state)
-                evals["epoch"] = step // iterator.steps_per_epoch - 1
-                writer.write(step, "eval", **evals)
-                eval_history.append({"step": step, **evals})
-                bar.write(f"[{trainer}] step {step} eval: " + ", ".join(
-                    f"{k}={v:.4f}" for k, v in evals.items() if isinstance(v, float)))
-                if best_metric is not None:
-                    ckpt.save_best(step, state, data_state=iterator.get_state(), meta={**meta, "step": step},
-                                   metrics={best_metric: evals[best_metric]})
-            if epoch_end or step % every == 0 or step == iterator.total_steps:
-                ckpt.save(step, state, data_state=iterator.get_state(), meta={**meta, "step": step})
-            tick = time.perf_counter()  # evaluation and checkpoint saves are not step time
+                evaluated = eval_fn is not None and eval_every > 0 and (step % eval_every == 0 or step == total)
+                if evaluated:
+                    evals = eval_fn(state)
+                    writer.write(step, "eval", **evals)
+                    eval_history.append({"step": step, **evals})
+                    log(f"step {step} eval: " + ", ".join(f"{k}={v:.4f}" for k, v in evals.items()
+                                                          if isinstance(v, float)))
+                    if best_metric is not None:
+                        ckpt.save_best(step, state, data_state=source.get_state(), meta={**meta, "step": step},
+                                       metrics={best_metric: evals[best_metric]})
+                if evaluated or step % every == 0 or step == total or preemption.requested:
+                    ckpt.save(step, state, data_state=source.get_state(), meta={**meta, "step": step})
+                    saved_at = step
+                if preemption.requested:
+                    log(f"preempted ({preemption.requested}) at step {step}: checkpoint written; "
+                        "start the same command again to resume")
+                    break
+                tick = time.perf_counter()  # evaluation and checkpoint saves are not step time
     finally:
         bar.close()
         ckpt.wait()
         ckpt.close()
-    if writer.enabled and writer.path.exists():
+        if on_close is not None:
+            on_close()
+    if writer.enabled and writer.path.exists() and not preemption.requested:
         plot_curves(writer.path, workdir / "curves.png")
-    return LoopResult(state=state, last_metrics=last, eval_history=eval_history, resumed_from=resumed_from,
-                      skipped_steps=guard.total)
+    return LoopResult(state=state, last_metrics=history[-1] if history else {}, history=history,
+                      eval_history=eval_history, resumed_from=resumed_from, skipped_steps=guard.total,
+                      preempted=preemption.requested is not None and saved_at is not None)

@@ -11,25 +11,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from reasoner.models.scoring import target_mask  # noqa: F401  (the trainers' loss masks; log-probs live there)
+
 DPO_LOSS_TYPES = ("sigmoid", "robust", "ipo", "hinge")
-
-
-def target_mask(loss_mask_BxT: jax.Array, segment_ids_BxT: jax.Array) -> jax.Array:
-    """[B, T-1] float32: 1 where token t+1 is trained and sits in the same (non-padding) segment as token t."""
-    same = (segment_ids_BxT[:, 1:] == segment_ids_BxT[:, :-1]) & (segment_ids_BxT[:, 1:] != 0)
-    return (loss_mask_BxT[:, 1:].astype(bool) & same).astype(jnp.float32)
-
-
-def token_logprobs(logits_BxTxV: jax.Array, tokens_BxT: jax.Array) -> jax.Array:
-    """[B, T-1] float32 log p(tokens[t+1] | tokens[:t+1]) from logits at positions 0..T-2."""
-    return next_token_logprobs(logits_BxTxV[:, :-1], tokens_BxT[:, 1:])
-
-
-def next_token_logprobs(logits_BxTm1xV: jax.Array, targets_BxTm1: jax.Array) -> jax.Array:
-    """[B, T-1] float32 log_softmax(logits)[target], logits already shifted (position t predicts target t)."""
-    logits = logits_BxTm1xV.astype(jnp.float32)
-    picked = jnp.take_along_axis(logits, targets_BxTm1[..., None], axis=-1)[..., 0]
-    return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
 def sft_loss_sum(logp_BxTm1: jax.Array, mask_BxTm1: jax.Array) -> jax.Array:

@@ -6,34 +6,34 @@ packed best-fit-decreasing into `data.seq_len` rows with per-document positions 
 Each epoch ends with a validation loss (same token mean over the validation split); the checkpoint
 with the lowest validation loss is kept in `workdir/best` (A* post-training, App. B.3) and exported.
 
-Reads top to bottom: mesh, data, model, state, step, eval, loop, export.
+Reads top to bottom: loss, data, step, eval, train (setup -> run_loop), export.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from reasoner.checkpoint import fingerprint
-from reasoner.data.pipeline import BatchIterator, eval_batches, prepare_sft, to_global_batch
-from trainers import common
+from reasoner.data.pipeline import BatchIterator, batch_sharding, eval_batches, prepare_sft, to_global_batch
+from reasoner.models.scoring import sequence_logps
 from trainers.losses import sft_loss_sum, target_mask
-from trainers.loop import LoopResult, run_loop
-from trainers.optim import make_optimizer
+from trainers.loop import LoopResult, run_loop, train_flops_per_token
+from trainers.run import Frozen, Run, merged_for_export, setup
 from trainers.step import jit_train_step, make_train_step
 
 
 def sft_loss_fn(graphdef):
-    """loss_fn(params, frozen, micro_batch, denom) -> (sum NLL / denom, {"tokens": trained targets})."""
+    """loss_fn(params, frozen: Frozen, micro_batch, denom) -> (sum NLL / denom, {"tokens": trained targets})."""
 
-    def loss_fn(params, frozen, mb: dict, denom: jax.Array):
-        model = nnx.merge(graphdef, params, frozen)
-        logp, mask = common.sequence_logprobs(model, tokens=mb["tokens"], positions=mb["positions"],
-                                              segment_ids=mb["segment_ids"], loss_mask=mb["loss_mask"])
+    def loss_fn(params, frozen: Frozen, mb: dict, denom: jax.Array):
+        logp, mask = sequence_logps(nnx.merge(graphdef, params, frozen.base), mb)
         return sft_loss_sum(logp, mask) / denom, {"tokens": jnp.sum(mask)}
 
     return loss_fn
@@ -45,17 +45,11 @@ def sft_denominator(batch: dict) -> jax.Array:
     return jnp.sum(target_mask(flat(batch["loss_mask"]), flat(batch["segment_ids"])))
 
 
-def build_sft(config, *, workdir, tokenizer=None, splits=None, devices=None) -> dict[str, Any]:
-    """Mesh, data, model, state and the jitted step of a run (`devices`: a subset for tests; default all)."""
-    # ---- mesh
-    from reasoner.sharding import make_mesh
+# ============================================================================================== data
+def load_rows(config, *, tokenizer, workdir, splits=None):
+    """(train rows, validation rows or None, packing stats) of `config.data`, tokenized and packed."""
+    from trainers.data import load_splits
 
-    mesh = make_mesh(config.mesh, devices=devices)
-
-    # ---- data
-    from trainers.data_sources import load_splits
-
-    tokenizer = tokenizer or common.load_tokenizer_for(config.model)
     splits = splits if splits is not None else load_splits(config.data, kind="sft", workdir=workdir)
     d = config.data
     rows, stats = prepare_sft(splits["train"], tokenizer, seq_len=d.seq_len, overflow=d.overflow,
@@ -64,52 +58,49 @@ def build_sft(config, *, workdir, tokenizer=None, splits=None, devices=None) -> 
     if "validation" in splits:
         val_rows, _ = prepare_sft(splits["validation"], tokenizer, seq_len=d.seq_len, overflow=d.overflow,
                                   packing=d.packing, split="validation")
-    iterator = BatchIterator(rows, batch_size=config.train.batch_size, grad_accum=config.train.grad_accum,
-                             seed=config.seed, num_epochs=config.train.num_epochs)
+    return rows, val_rows, stats
 
-    # ---- model
-    model = common.build_model(config.model, mesh=mesh)
-    lora = common.add_lora(model, config.lora)
-    graphdef, params, frozen, trainable_state, frozen_state = common.split_trainable(model, lora=lora)
 
-    # ---- state
-    optimizer, schedule = make_optimizer(config.optim, total_steps=iterator.total_steps)
-    params_sh = common.pure_shardings(trainable_state, mesh)
-    frozen_sh = common.pure_shardings(frozen_state, mesh)
-    state_sh = common.state_sharding(params_sh, optimizer, params, mesh)
-    state = common.init_state(params, optimizer, seed=config.seed, sharding=state_sh)
-
-    # ---- step
-    from reasoner.data.pipeline import batch_sharding
-
-    batch_sh = {k: batch_sharding(mesh, ndim=3) for k in rows}
-    step = jit_train_step(
-        make_train_step(loss_fn=sft_loss_fn(graphdef), optimizer=optimizer, schedule=schedule,
+# ============================================================================================== step
+def make_step(run: Run, rows: dict):
+    """The jitted `step(state, frozen, batch) -> (state, metrics)` with explicit shardings, state donated."""
+    batch_sh = {k: batch_sharding(run.mesh, ndim=3) for k in rows}
+    return jit_train_step(
+        make_train_step(loss_fn=sft_loss_fn(run.graphdef), optimizer=run.optimizer, schedule=run.schedule,
                         denominator=sft_denominator),
-        state_sharding=state_sh, frozen_sharding=frozen_sh, batch_sharding=batch_sh,
-        metrics_sharding=common.replicated(mesh))
-    return dict(mesh=mesh, tokenizer=tokenizer, rows=rows, val_rows=val_rows, stats=stats, iterator=iterator,
-                model_cfg=model.cfg, graphdef=graphdef, frozen=frozen, state=state, step=step,
-                optimizer=optimizer, schedule=schedule, state_sharding=state_sh, batch_sharding=batch_sh)
+        state_sharding=run.shardings.state, frozen_sharding=run.shardings.frozen, batch_sharding=batch_sh,
+        metrics_sharding=run.shardings.replicated)
 
 
-def make_eval_fn(parts: dict, *, batch_size: int):
-    """state -> {"val_loss": token-mean NLL over the validation rows}."""
-    graphdef, mesh, frozen = parts["graphdef"], parts["mesh"], parts["frozen"]
-    batches = eval_batches(parts["val_rows"], batch_size=batch_size)
+def make_update(run: Run, step, iterator: BatchIterator, *, stats):
+    """`update(state, host_batch) -> (state, host metrics)` for `run_loop`."""
+
+    def update(state, host_batch):
+        state, metrics = step(state, run.frozen, to_global_batch(host_batch, run.mesh))
+        host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        host.update(truncated=stats.truncated, dropped=stats.dropped,
+                    epoch=(iterator.step - 1) // iterator.steps_per_epoch,
+                    batch_tokens=int(np.count_nonzero(host_batch["segment_ids"])))
+        return state, host
+
+    return update
+
+
+# ============================================================================================== eval
+def make_eval_fn(run: Run, val_rows: dict, *, batch_size: int):
+    """state -> {"val_loss": token-mean NLL over the validation rows, "val_tokens"}."""
+    batches = eval_batches(val_rows, batch_size=batch_size)
 
     @jax.jit
     def nll(params, frozen, batch):
         mb = jax.tree.map(lambda x: x[0], batch)
-        model = nnx.merge(graphdef, params, frozen)
-        logp, mask = common.sequence_logprobs(model, tokens=mb["tokens"], positions=mb["positions"],
-                                              segment_ids=mb["segment_ids"], loss_mask=mb["loss_mask"])
+        logp, mask = sequence_logps(nnx.merge(run.graphdef, params, frozen.base), mb)
         return sft_loss_sum(logp, mask), jnp.sum(mask)
 
     def eval_fn(state) -> dict[str, float]:
         total, count = 0.0, 0.0
         for b in batches:
-            s, n = nll(state.params, frozen, to_global_batch(b, mesh))
+            s, n = nll(state.params, run.frozen, to_global_batch(b, run.mesh))
             total += float(s)
             count += float(n)
         return {"val_loss": total / max(count, 1.0), "val_tokens": count}
@@ -117,27 +108,54 @@ def make_eval_fn(parts: dict, *, batch_size: int):
     return eval_fn
 
 
+# ============================================================================================== train
+@dataclasses.dataclass(frozen=True)
+class SFTSetup:
+    """A run with its data: packed train rows (dict of [N, T] arrays), validation rows or None, their batch
+    iterator, packing stats and the jitted step."""
+
+    run: Run
+    rows: dict
+    val_rows: dict | None
+    stats: Any
+    iterator: BatchIterator
+    step: Any
+
+
+def build_sft(config, *, workdir, tokenizer=None, splits=None, devices=None) -> SFTSetup:
+    """Data, run and step of `config` (`devices`: a subset for tests; default all)."""
+    from reasoner.sharding import make_mesh
+    from trainers.run import load_tokenizer_for
+
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer_for(config.model)
+    rows, val_rows, stats = load_rows(config, tokenizer=tokenizer, workdir=workdir, splits=splits)
+    iterator = BatchIterator(rows, batch_size=config.train.batch_size, grad_accum=config.train.grad_accum,
+                             seed=config.seed, num_epochs=config.train.num_epochs)
+    run = setup(config, total_steps=iterator.total_steps, tokenizer=tokenizer,
+                mesh=make_mesh(config.mesh, devices=devices))
+    return SFTSetup(run=run, rows=rows, val_rows=val_rows, stats=stats, iterator=iterator,
+                    step=make_step(run, rows))
+
+
 def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None, devices=None) -> LoopResult:
     """Runs (or resumes) SFT in `workdir`; returns the loop result. Exports the best (or last) weights."""
     workdir = pathlib.Path(workdir)
-    parts = build_sft(config, workdir=workdir, tokenizer=tokenizer, splits=splits, devices=devices)
-    stats = parts["stats"]
-    print(f"[sft] train data: {stats.as_dict()}; {parts['iterator'].total_steps} steps", flush=True)
-    eval_fn = make_eval_fn(parts, batch_size=config.train.batch_size) if parts["val_rows"] is not None else None
-    meta = {"trainer": "sft", "fingerprint": fingerprint(parts["state"]), "data": stats.as_dict()}
+    s = build_sft(config, workdir=workdir, tokenizer=tokenizer, splits=splits, devices=devices)
+    run, iterator = s.run, s.iterator
+    print(f"[sft] train data: {s.stats.as_dict()}; {iterator.total_steps} steps", flush=True)
+    eval_fn = make_eval_fn(run, s.val_rows, batch_size=config.train.batch_size) if s.val_rows is not None else None
+    meta = {"trainer": "sft", "fingerprint": fingerprint(run.state), "data": s.stats.as_dict()}
     result = run_loop(
-        trainer="sft", workdir=workdir, state=parts["state"], frozen=parts["frozen"], step_fn=parts["step"],
-        iterator=parts["iterator"], mesh=parts["mesh"], meta=meta, train_cfg=config.train,
-        postprocess=lambda m: {**m, "truncated": stats.truncated, "dropped": stats.dropped},
-        eval_fn=eval_fn, best_metric="val_loss" if eval_fn is not None else None,
-        flops_per_token=common.train_flops_per_token(parts["model_cfg"], seq_len=config.data.seq_len),
-        progress=progress)
-    if config.get("export_dir"):
-        export(parts, result, workdir=workdir, out_dir=config.export_dir)
+        run, source=iterator, update=make_update(run, s.step, iterator, stats=s.stats), workdir=workdir,
+        trainer="sft", meta=meta, eval_fn=eval_fn, eval_every=iterator.steps_per_epoch,
+        best_metric="val_loss" if eval_fn is not None else None,
+        flops_per_token=train_flops_per_token(run.model_cfg, seq_len=config.data.seq_len), progress=progress)
+    if config.get("export_dir") and not result.preempted:
+        export(run, result, workdir=workdir, out_dir=config.export_dir)
     return result
 
 
-def export(parts: dict, result: LoopResult, *, workdir, out_dir) -> str:
+def export(run: Run, result: LoopResult, *, workdir, out_dir) -> str:
     """Writes HF safetensors of the best-validation checkpoint (or the final state without validation)."""
     from reasoner.checkpoint import RunCheckpoints
     from reasoner.models.export import export_hf
@@ -149,4 +167,4 @@ def export(parts: dict, result: LoopResult, *, workdir, out_dir) -> str:
         best_state, _, _ = ckpt.restore(result.state, expected_meta=meta, which="best")
         params = best_state.params
     ckpt.close()
-    return export_hf(common.merged_for_export(parts["graphdef"], params, parts["frozen"]), str(out_dir))
+    return export_hf(merged_for_export(run, params), str(out_dir))

@@ -5,11 +5,12 @@
 
 Each call renders every conversation with the chat template (tools passed as `TOOLS`, generation
 prompt added) and generates one assistant turn per conversation, stopping at end-of-turn or right
-after `</tool_call>`. Multi-turn continuation: the policy keeps the sampler `Session` of its last
-call. When every new conversation extends one of that session's rows - its rendered text starts
-with the row's rendered prompt plus the reply the row produced - only the new suffix (end of the
-assistant turn, tool response, next generation prompt) is tokenized and appended to the row's
-cache; the history is not prefilled again. Otherwise (a new batch) it starts a new session. In a
+after `</tool_call>`. Multi-turn continuation follows `reasoner.agents.multiturn.ChatCache` (the one
+rule, shared with GRPO's rollouts): the policy keeps the sampler `Session` of its last call. When
+every new conversation extends one of that session's rows - its rendered text starts with the row's
+rendered prompt plus the reply the row produced - only the new suffix (end of the assistant turn,
+tool response, next generation prompt) is tokenized and appended to the row's cache; the history is
+not prefilled again. Otherwise (a new batch) it starts a new session. In a
 first call where every prompt appears the same number of times K (K samples per problem), the K
 copies share one prefill (n = K).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import collections
 from typing import Sequence
 
+from reasoner.agents.multiturn import ChatCache
 from reasoner.agents.policies import TOOLS, Reply
 
 TOOL_CALL_END = "</tool_call>"
@@ -48,22 +50,14 @@ class SamplerPolicy:
         self.tools = TOOLS if tools is None else tools
         self.calls = 0
         self._session = None
-        self._row_text: list[str] = []  # rendered prompt + replies so far, per session row
+        self._cache = ChatCache(tokenizer, self.tools)  # rendered prompt + replies so far, per session row
         self.prefills = 0  # sessions started (for tests and logs)
         self.continuations = 0  # calls served by extending the existing cache
-
-    def _render(self, messages: list[dict]) -> str:
-        from reasoner.tokenization import render_chat
-
-        try:
-            return render_chat(self.tokenizer, messages, add_generation_prompt=True, tools=self.tools)
-        except Exception:  # templates without tool support reject `tools`
-            return render_chat(self.tokenizer, messages, add_generation_prompt=True)
 
     def respond(self, conversations: Sequence[list[dict]]) -> list[Reply]:
         if not conversations:
             return []
-        texts = [self._render(list(c)) for c in conversations]
+        texts = [self._cache.render(list(c)) for c in conversations]
         rows = self._match_rows(texts)
         if rows is None:
             rows = self._start(texts)
@@ -75,9 +69,7 @@ class SamplerPolicy:
         replies = []
         for text, row in zip(texts, rows):
             c = by_row[row]
-            # An end-of-turn token ended the row: it is in the cache, so it belongs to the row's text.
-            end = self.tokenizer.decode([int(c.tokens[-1])]) if c.finish_reason == "eos" else ""
-            self._row_text[row] = text + c.text + end
+            self._cache.add_reply(row, c)
             replies.append(Reply(c.text, prompt_tokens=len(session.history[row]) - c.num_tokens,
                                  completion_tokens=c.num_tokens))
         return replies
@@ -87,7 +79,7 @@ class SamplerPolicy:
         if self._session is None:
             return None
         free = collections.defaultdict(list)
-        for row, done_text in enumerate(self._row_text):
+        for row, done_text in enumerate(self._cache.rows):
             free[done_text].append(row)
         candidates = sorted(free, key=len, reverse=True)
         rows = []
@@ -109,7 +101,7 @@ class SamplerPolicy:
         self._session = self.sampler.start(prompts, self.params.replace(n=n), max_len=self.max_len,
                                            reserve=self.reserve)
         self.prefills += 1
-        self._row_text = [p for p in prompts for _ in range(n)]
+        self._cache.reset([p for p in prompts for _ in range(n)])
         if n == 1:
             return list(range(len(texts)))
         index = {p: i for i, p in enumerate(prompts)}
@@ -124,6 +116,6 @@ class SamplerPolicy:
         """Appends each conversation's new suffix to its row's cache."""
         from reasoner.tokenization import encode
 
-        appends = {row: encode(self.tokenizer, text[len(self._row_text[row]):]) for text, row in zip(texts, rows)}
+        appends = {row: encode(self.tokenizer, self._cache.suffix(row, text)) for text, row in zip(texts, rows)}
         self._session.extend(appends, max_new_tokens=self.params.max_new_tokens)
         self.continuations += 1

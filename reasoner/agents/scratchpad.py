@@ -156,7 +156,7 @@ def run_scratchpad(policy: Policy, conversations: Sequence[tuple[str, list[dict]
 def advance(episodes: Sequence[Episode], replies: Sequence, *, runner, timeout_cap_s: float = 30.0) -> None:
     """One turn of live episodes: each reply (str or Reply) is appended and its tool calls run; every solver call
     of the turn is submitted before any is awaited; then the observations are appended as tool messages.
-    Used by `run_scratchpad` and by GRPO's multi-turn rollouts (`trainers.grpo.ScratchpadTool`)."""
+    Used by `run_scratchpad` and by `ScratchpadTool` (multi-turn rollouts, GRPO)."""
     for episode, raw in zip(episodes, replies):
         reply = as_reply(raw)
         episode.trajectory.prompt_tokens += reply.prompt_tokens or 0
@@ -175,3 +175,86 @@ def close(episodes: Sequence[Episode]) -> list[Trajectory]:
             last = next((m["content"] for m in reversed(traj.messages) if m["role"] == "assistant"), None)
             traj.answer, traj.verified, traj.termination = last, False, "max_turns"
     return [e.trajectory for e in episodes]
+
+
+class ScratchpadTool:
+    """Multi-turn rollouts (`reasoner.agents.multiturn.rollout`, GRPO) in this module's SMT scratchpad protocol.
+
+    The same format the SMT evaluation (`run_scratchpad` over `SamplerPolicy`) runs: prompts rendered with the chat
+    template and the `TOOLS` schema; a turn stops right after `</tool_call>`; its Hermes tool calls are parsed by
+    `reasoner.agents.tool_calls` and run by `advance` (z3_solve through the verifier pool, every call of the turn
+    submitted before any is awaited); observations come back as "tool" messages. The tokens appended to a row's
+    cache are the chat template's rendering of what follows the reply (`multiturn.ChatCache`), so they are masked
+    out of the loss. finish(), a reply without a tool call, or the turn limit ends the row. The rows' `Trajectory`
+    objects are the completions the rewards see (e.g. the "smt_scratchpad" reward). The Z3 pool starts on first
+    use; `close()` (or leaving a `with` block) stops it.
+    """
+
+    stop = ("</tool_call>",)
+
+    def __init__(self, tokenizer, *, runner=None, timeout_cap_s: float = 30.0, tools=None):
+        from reasoner.agents.multiturn import ChatCache
+        from reasoner.agents.policies import TOOLS
+
+        self.tokenizer = tokenizer
+        self.cache = ChatCache(tokenizer, TOOLS if tools is None else tools)
+        self.timeout_cap_s = float(timeout_cap_s)
+        self._runner = runner
+        self._owns_runner = runner is None
+        self.episodes: list[Episode] = []
+        self.mismatches = 0  # rows ended because the re-rendered conversation did not extend the cache's text
+
+    @property
+    def runner(self):
+        if self._runner is None:  # started on first use: single-turn configs never spawn the verifier pool
+            from reasoner.verifiers.z3_runner import Z3Runner
+
+            self._runner = Z3Runner(timeout_s=self.timeout_cap_s)
+        return self._runner
+
+    def close(self) -> None:
+        """Stops the Z3 pool this tool started (a runner passed in belongs to the caller)."""
+        if self._owns_runner and self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def __enter__(self) -> ScratchpadTool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @staticmethod
+    def messages(prompt) -> list[dict]:
+        return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+
+    def prompt_ids(self, prompt) -> list[int]:
+        from reasoner.tokenization import encode
+
+        return encode(self.tokenizer, self.cache.render(self.messages(prompt)))
+
+    def begin(self, prompts: Sequence) -> None:
+        """One episode per row (row b answers prompts[b])."""
+        self.episodes = [Episode(str(b), self.messages(p)) for b, p in enumerate(prompts)]
+        self.cache.reset([self.cache.render(e.trajectory.messages) for e in self.episodes])
+
+    def turn(self, completions, *, want_next: bool) -> dict[int, str]:
+        """completions: row -> the sampler's completion of this turn. Runs the turn's tool calls; returns
+        row -> text to append for the rows that go on (none when not `want_next`)."""
+        rows = [b for b in sorted(completions) if not self.episodes[b].done]
+        advance([self.episodes[b] for b in rows], [completions[b].text for b in rows], runner=self.runner,
+                timeout_cap_s=self.timeout_cap_s)
+        out = {}
+        for b in rows:
+            self.cache.add_reply(b, completions[b])
+            if self.episodes[b].done or not want_next:
+                continue
+            suffix = self.cache.suffix(b, self.cache.render(self.episodes[b].trajectory.messages))
+            if suffix is None:
+                self.mismatches += 1
+                continue
+            out[b] = suffix
+        return out
+
+    def trajectories(self) -> list[Trajectory]:
+        return close(self.episodes)

@@ -11,7 +11,7 @@ batch, shared by the three heuristics, not in the kernel's problems/s; the host 
 precompiled hypergraphs; it computes its heuristic inside each call, the kernel on device, except the dependency
 heuristic's relaxed-graph grounding, which the kernel receives from pack).
 
-`--scaling`: layered programs of 64 .. 4,096 atoms (search.kernel_corpus.scaling_program), a batch of
+`--scaling`: layered programs of 64 .. 4,096 atoms (`kernel_corpus.scaling_program`), a batch of
 `--scaling-batch` per size, the agenda implementations (dense and blocked one-pop queues, and the frontier queue):
 problems/s of host and kernel.
 """
@@ -128,7 +128,7 @@ def _run(args) -> int:
     mesh, shards = _setup(args.shards)
     import jax
 
-    from search.kernel_corpus import deeprd_problems, scaling_program
+    from reasoner.benchmarks.kernel_corpus import deeprd_problems, scaling_program
 
     device = f"{jax.devices()[0].platform} x{shards}"
     if args.scaling:

@@ -62,6 +62,7 @@ def run(args) -> int:
     from reasoner.models.presets import resolve
     from reasoner.tokenization import load_tokenizer
     from trainers.dpo import dpo_loss_fn, pair_denominator
+    from trainers.run import Frozen
 
     tokenizer = load_tokenizer(resolve("smollm2-135m-instruct"))
     model, mesh = tc.load_ours(remat=args.remat)
@@ -70,8 +71,8 @@ def run(args) -> int:
 
     def factory(*, graphdef, params, frozen, params_sharding, frozen_sharding):
         return {"loss_fn": dpo_loss_fn(graphdef, dpo_cfg, precomputed=False),
-                "frozen": {"rest": frozen, "ref": jax.tree.map(jnp.copy, params)},
-                "frozen_sharding": {"rest": frozen_sharding, "ref": params_sharding}}
+                "frozen": Frozen(base=frozen, reference=jax.tree.map(jnp.copy, params)),
+                "frozen_sharding": Frozen(base=frozen_sharding, reference=params_sharding)}
 
     with tempfile.TemporaryDirectory() as tmp:
         request = {"benchmark": "dpo", "model_dir": tc.export_weights(model, f"{tmp}/model"), "batch": args.batch,

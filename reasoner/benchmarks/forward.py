@@ -1,7 +1,7 @@
 """`reasoner bench forward --json`: teacher-forced log-prob scoring, ours (jitted) vs transformers.
 
 Batch `--batch` x `--length` tokens (default 8 x 512) of real chat text, float32, SmolLM2 from the
-same GGUF. Ours: one jitted `token_logprobs` (compile time excluded, reported as `compile_s`).
+same GGUF. Ours: one jitted `token_logps` (compile time excluded, reported as `compile_s`).
 Baseline: `model(input_ids).logits` -> log_softmax -> gather under `torch.no_grad()`. Interleaved
 runs, medians of `--repeats`. Also reports the largest |log-prob| difference between the two.
 Prints {"ours_tok_s", "baseline_tok_s", "ratio", "compile_s", "max_abs_logprob_diff", ...}.
@@ -49,13 +49,13 @@ def run(args) -> int:
     from reasoner.models.loading import load_model
     from reasoner.models.presets import resolve
     from reasoner.models.reference import load_transformers_model, transformers_version
-    from reasoner.models.scoring import token_logprobs
+    from reasoner.models.scoring import token_logps
     from reasoner.tokenization import load_tokenizer
 
     path = resolve(args.model)
     tokens = _batch_tokens(load_tokenizer(path), batch=args.batch, length=args.length)
     graphdef, state = nnx.split(load_model(path))
-    score = jax.jit(lambda state, tokens: token_logprobs(nnx.merge(graphdef, state), tokens))
+    score = jax.jit(lambda state, tokens: token_logps(nnx.merge(graphdef, state), tokens))
     reference = load_transformers_model(path)
     torch_tokens = torch.tensor(tokens, dtype=torch.long)
 

@@ -70,13 +70,14 @@ def time_ours(model, tokenizer, *, prompts: int, generations: int, new_tokens: i
     cfg = our_config(prompts=prompts, generations=generations, new_tokens=new_tokens, steps=steps)
     reward = CompositeReward([WeightedReward(
         "distinct", lambda cs, *, examples: distinct_word_share([completion_text(c) for c in cs]))])
-    parts = grpo.build_grpo(cfg, model=model, tokenizer=tokenizer)
+    steps = grpo.build_grpo(cfg, model=model, tokenizer=tokenizer)
+    sampler = grpo.sampler_for(steps.run)
     examples = [{"prompt": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]} for i in range(prompts)]
-    state = parts["state"]
+    state = steps.run.state
     times, phases = [], []
     for i in range(steps + 1):
         t = time.perf_counter()
-        state, m = grpo.generation_step(parts, state, examples=examples, reward=reward, tool=None, seed=i)
+        state, m = grpo.generation_step(steps, sampler, state, examples=examples, reward=reward, tool=None, seed=i)
         times.append(time.perf_counter() - t)
         phases.append({k: m[k] for k in ("rollout_s", "reward_wait_s", "update_s")})
         if m["completions/mean_length"] != new_tokens:
@@ -94,7 +95,7 @@ def baseline(request: dict) -> dict:
 
     from reasoner.benchmarks import baseline_child
     from reasoner.benchmarks.train_common import step_timer_callback, trl_common_args
-    from trainers.common import load_tokenizer_for
+    from trainers.run import load_tokenizer_for
 
     import ml_collections
 
@@ -124,7 +125,7 @@ def run(args) -> int:
     import jax
 
     from reasoner.benchmarks import train_common as tc
-    from trainers.common import load_tokenizer_for
+    from trainers.run import load_tokenizer_for
 
     import ml_collections
 

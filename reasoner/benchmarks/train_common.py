@@ -38,7 +38,7 @@ def load_ours(*, remat: bool):
 def build_our_step(model, mesh, *, loss_fn_factory, denominator, example_batch, total_steps: int):
     """(jitted step, state, frozen) for `model` with the benchmark optimizer."""
     from reasoner.data.pipeline import batch_sharding
-    from trainers import common
+    from trainers import run as common
     from trainers.optim import make_optimizer
     from trainers.step import jit_train_step, make_train_step
 
@@ -51,8 +51,8 @@ def build_our_step(model, mesh, *, loss_fn_factory, denominator, example_batch, 
     # the factory may extend the frozen inputs (DPO adds the reference parameters)
     extra = loss_fn_factory(graphdef=graphdef, params=params, frozen=frozen, params_sharding=params_sh,
                             frozen_sharding=frozen_sh)
-    frozen_all = extra.get("frozen", frozen)
-    frozen_all_sh = extra.get("frozen_sharding", frozen_sh)
+    frozen_all = extra.get("frozen", common.Frozen(base=frozen))
+    frozen_all_sh = extra.get("frozen_sharding", common.Frozen(base=frozen_sh))
     step = jit_train_step(
         make_train_step(loss_fn=extra["loss_fn"], optimizer=optimizer, schedule=schedule, denominator=denominator),
         state_sharding=state_sh, frozen_sharding=frozen_all_sh,

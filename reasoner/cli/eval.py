@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"reasoner eval: {err}", file=sys.stderr)
         return 2
     # The config's model (or tokenizer) names the tokenizer: exported checkpoints carry weights, not vocabularies.
-    from trainers.common import load_tokenizer_for
+    from trainers.run import load_tokenizer_for
 
     tokenizer = load_tokenizer_for(config.model)
     label = args.label or pathlib.Path(args.checkpoint).name

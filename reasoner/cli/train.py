@@ -1,27 +1,30 @@
-"""`reasoner train --config configs/<file>.py[:variant] [--config.a.b=v ...] --workdir DIR`.
+"""`reasoner train --config configs/<file>.py[:variant] [--config.a.b=v ...] --workdir DIR`: starts ANY config.
 
-Picks the trainer from the config file name (`sft_*` -> SFT, `dpo_*` -> DPO, `grpo_*` -> GRPO) or `--trainer`. If DIR
-already holds checkpoints the run resumes from the newest one (exactly: same batches, same losses).
-Shows a progress bar with loss and tokens/s; writes DIR/metrics.jsonl and DIR/curves.png.
+What runs is named by the config itself, never by its file name: `config.trainer` ("sft", "dpo", "grpo", "dqn")
+runs that trainer's `train(config, workdir=...)`; `config.pipeline` ("astar") runs that end-to-end pipeline (e.g.
+every variant of configs/astar_paper.py). If DIR already holds checkpoints the run resumes from the newest one
+(exactly: same batches, same losses). SIGTERM (preemption) or Ctrl-C lets the current step finish, writes a
+checkpoint and exits 0; the same command resumes. Shows a progress bar; writes DIR/metrics.jsonl and DIR/curves.png.
 """
 
 from __future__ import annotations
 
 import argparse
-import pathlib
+import importlib
 import sys
 
-TRAINERS = ("sft", "dpo", "grpo")
+TRAINERS = {"sft": "trainers.sft", "dpo": "trainers.dpo", "grpo": "trainers.grpo", "dqn": "trainers.dqn"}
+PIPELINES = {"astar": "reasoner.pipelines.astar"}
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "train", help="run or resume SFT / DPO / GRPO from a config file",
-        description="Train with a Python config file; --config.KEY=VALUE overrides any config entry.")
+        "train", help="run or resume the trainer or pipeline a config file names",
+        description="Train with a Python config file (its `trainer` or `pipeline` entry says what runs); "
+                    "--config.KEY=VALUE overrides any config entry.")
     parser.add_argument("--config", required=True, metavar="FILE[:VARIANT]",
                         help="config file and optional variant, e.g. configs/sft_astar.py:tiny")
     parser.add_argument("--workdir", required=True, help="run directory (checkpoints, metrics); resumed if present")
-    parser.add_argument("--trainer", choices=TRAINERS, default=None, help="default: from the config file name")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
     from reasoner.cli.overrides import accept_config_overrides
@@ -29,14 +32,16 @@ def register(subparsers) -> None:
     accept_config_overrides(parser)
 
 
-def trainer_for(spec: str, explicit: str | None) -> str:
-    if explicit:
-        return explicit
-    stem = pathlib.Path(spec.partition(":")[0]).stem
-    for name in TRAINERS:
-        if stem.startswith(name):
-            return name
-    raise SystemExit(f"cannot tell the trainer from config {spec!r}; name it sft_*.py / dpo_*.py or pass --trainer")
+def target_of(config, spec: str) -> tuple[str, str]:
+    """("trainer" | "pipeline", name) of `config`; a clear error when it names neither or an unknown one."""
+    trainer, pipeline = config.get("trainer"), config.get("pipeline")
+    if bool(trainer) == bool(pipeline):
+        raise ValueError(f"config {spec!r}: expected exactly one of `trainer` ({', '.join(TRAINERS)}) or "
+                         f"`pipeline` ({', '.join(PIPELINES)}); got trainer={trainer!r}, pipeline={pipeline!r}")
+    kind, name, known = ("trainer", trainer, TRAINERS) if trainer else ("pipeline", pipeline, PIPELINES)
+    if name not in known:
+        raise ValueError(f"config {spec!r}: {kind}={name!r}; expected one of {sorted(known)}")
+    return kind, name
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,24 +50,23 @@ def run(args: argparse.Namespace) -> int:
     overrides = list(getattr(args, "config_overrides", []) or [])
     try:
         config = load_config(args.config, overrides)
+        kind, name = target_of(config, args.config)
     except (ConfigKeyError, FileNotFoundError, ValueError) as err:
         print(f"reasoner train: {err}", file=sys.stderr)
         return 2
-    name = trainer_for(args.config, args.trainer)
-    if name == "sft":
-        from trainers import sft as trainer
-    elif name == "grpo":
-        from trainers import grpo as trainer
-    else:
-        from trainers import dpo as trainer
-    result = trainer.train(config, workdir=args.workdir, progress=not args.no_progress)
+    if kind == "pipeline":
+        importlib.import_module(PIPELINES[name]).run(config, workdir=args.workdir, progress=not args.no_progress)
+        return 0
+    result = importlib.import_module(TRAINERS[name]).train(config, workdir=args.workdir,
+                                                           progress=not args.no_progress)
     last = result.last_metrics
-    summary = f"[{name}] done: step {int(result.state.step)}"
+    status = "preempted" if getattr(result, "preempted", False) else "done"
+    summary = f"[{name}] {status}: step {int(result.state.step)}"
     if last:
         summary += f", loss {last['loss']:.4f}"
     if result.eval_history:
         summary += ", eval " + ", ".join(f"{k}={v:.4f}" for k, v in result.eval_history[-1].items()
-                                         if k not in ("step", "epoch"))
+                                         if k not in ("step", "epoch") and isinstance(v, float))
     if result.resumed_from is not None:
         summary += f" (resumed from step {result.resumed_from})"
     print(summary, flush=True)

@@ -169,7 +169,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
     from reasoner.evaluation import evaluate, reference_efficiency, write_report
     from reasoner.models import load_model
-    from trainers import common
+    from trainers.run import build_model, load_tokenizer_for
 
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +180,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
     splits = timer.stage("data", lambda: build_data(config, out_dir=workdir / "data"))
     test = splits["test"]["problems"]
-    tokenizer = common.load_tokenizer_for(config.model)
+    tokenizer = load_tokenizer_for(config.model)
     lengths = [len(tokenizer(ex["completion"], add_special_tokens=False)["input_ids"])
                for ex in splits["test"]["sft"]]
     fits = sum(n < settings.max_new_tokens for n in lengths)
@@ -191,7 +191,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
     reference = reference_efficiency(test)
     partial = {"timings_s": timer.seconds, "config": config.to_dict()}
-    base_model = common.build_model(config.model, mesh=make_mesh(config.mesh))
+    base_model = build_model(config.model, mesh=make_mesh(config.mesh))
     results = [timer.stage("eval_base", lambda: evaluate(base_model, tokenizer, test, settings, label="base",
                                                          progress=progress))]
     _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)

@@ -113,11 +113,11 @@ def test_remat_gives_same_values_and_gradients():
 
 
 def test_chunked_token_logprobs_equal_log_softmax_of_full_logits(model):
-    from reasoner.models.scoring import token_logprobs
+    from reasoner.models.scoring import token_logps
 
     tokens = jnp.asarray(np.random.default_rng(4).integers(0, 64, (3, 37)))
     graphdef, state = nnx.split(model)
-    logp = jax.jit(lambda s, t: token_logprobs(nnx.merge(graphdef, s), t, chunk=8))(state, tokens)
+    logp = jax.jit(lambda s, t: token_logps(nnx.merge(graphdef, s), t, chunk=8))(state, tokens)
     logits, _ = jitted(model)(tokens, jnp.broadcast_to(jnp.arange(37), (3, 37)))
     ref = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits[:, :-1])), np.asarray(tokens)[:, 1:, None], -1)[..., 0]
     np.testing.assert_allclose(np.asarray(logp)[:, :-1], ref, atol=1e-5)

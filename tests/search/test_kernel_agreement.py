@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from search.astar import solve
 from search.heuristics import heuristic_values
 from search.kernel import astar_batch, from_hypergraph
-from search.kernel_corpus import deeprd_problems, proofwriter_problems, random_programs
+from reasoner.benchmarks.kernel_corpus import deeprd_problems, proofwriter_problems, random_programs
 from search.kernel_score import REWARDS, pack_traces, score_tables, score_traces
 from search.kernel_tensors import pack_batch, to_device
 from search.rewards import ProblemScorer

@@ -158,7 +158,7 @@ def test_frontier_window_and_sub_batches_match_host_on_random_programs():
     pushes that tie the frontier's key is checked on 512 problems in the agreement test)."""
     from search.astar import solve
     from search.kernel import from_hypergraph
-    from search.kernel_corpus import random_programs
+    from reasoner.benchmarks.kernel_corpus import random_programs
 
     problems = random_programs(64, seed=11, n_preds=7, n_rules=14)
     batch = pack_batch([from_hypergraph(hg, hg.goal_id(g)) for _, hg, g in problems], min_sizes=(64, 64, 4, 16, 64))
@@ -179,7 +179,7 @@ def test_frontier_one_premise_path_and_event_budget_match_host():
     of two rows whenever their out-edges do not fit (without that cut it fails too)."""
     from search.astar import search
     from search.kernel import from_hypergraph
-    from search.kernel_corpus import random_programs
+    from reasoner.benchmarks.kernel_corpus import random_programs
 
     problems = random_programs(64, seed=5, n_preds=6, n_rules=14, max_premises=1)
     batch = pack_batch([from_hypergraph(hg, hg.goal_id(g)) for _, hg, g in problems], min_sizes=(64, 64, 1, 1, 64))

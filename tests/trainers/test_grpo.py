@@ -19,8 +19,10 @@ from flax import nnx
 
 from tests.trainers import traces
 from tests.trainers.test_grpo_loss import np_advantages, np_trl_loss
+from reasoner.models import scoring
 from trainers import grpo
 from trainers import grpo_loss as gl
+from trainers.run import Frozen
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 WORDS = "yes no maybe apple banana cherry dog cat red blue green one two three say something".split()
@@ -101,29 +103,31 @@ BUDGET, A = 12, 2
 
 @pytest.fixture(scope="module")
 def wired(tok_dir):
-    """One build for the wiring tests: (parts, a pristine copy of the initial state; steps donate theirs)."""
+    """One build for the wiring tests: (GRPOSteps, a pristine copy of the initial state; steps donate theirs)."""
     cfg = tiny(tok_dir, "--config.grpo.beta=0.04", "--config.grpo.num_iterations=2", f"--config.grpo.grad_accum={A}",
                "--config.grpo.mask_truncated=True", f"--config.grpo.max_new_tokens={BUDGET}",
                "--config.grpo.epsilon_high=0.28", "--config.grpo.temperature=0.7")
-    parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
+    steps = grpo.build_grpo(cfg, mesh=one_device_mesh())
     # A reference that differs from the policy, so the KL term is not trivially 0.
-    parts["ref"] = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.key(1), x.shape), parts["ref"])
-    saved, grpo.LOGITS_CHUNK = grpo.LOGITS_CHUNK, 5  # 12 completion positions -> 3 vocabulary chunks, one padded
-    yield parts, jax.tree.map(jnp.copy, parts["state"])
-    grpo.LOGITS_CHUNK = saved
+    run = steps.run
+    ref = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.key(1), x.shape), run.frozen.reference)
+    steps = dataclasses.replace(steps, run=run.replace(frozen=Frozen(base=run.frozen.base, reference=ref)))
+    saved, scoring.LOGITS_CHUNK = scoring.LOGITS_CHUNK, 5  # 12 completion positions -> 3 vocabulary chunks, one padded
+    yield steps, jax.tree.map(jnp.copy, run.state)
+    scoring.LOGITS_CHUNK = saved
 
 
-def with_loss_type(parts, loss_type):
-    parts["loss_cfg"] = dataclasses.replace(parts["loss_cfg"], loss_type=loss_type)
-    parts["step_fns"].clear()  # the loss settings are baked into the compiled step
+def with_loss_type(steps, loss_type):
+    """The same run with another loss type (fresh jit caches: the loss settings are baked into the step)."""
+    return grpo.GRPOSteps(run=steps.run, loss_cfg=dataclasses.replace(steps.loss_cfg, loss_type=loss_type))
 
 
 @pytest.mark.parametrize("loss_type", gl.LOSS_TYPES)
 def test_step_loss_advantages_and_kl_match_numpy_trl(wired, loss_type):
-    from reasoner.data.pipeline import to_global_batch
 
-    parts, initial = wired
-    with_loss_type(parts, loss_type)
+    steps, initial = wired
+    steps = with_loss_type(steps, loss_type)
+    run = steps.run
     r = fixed_rollout()
     rewards = np.array([1.0, 0.0, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25], np.float32)  # second group all equal
     adv, stats = grpo.advantages(rewards, num_generations=G, scale_rewards="group")
@@ -131,43 +135,40 @@ def test_step_loss_advantages_and_kl_match_numpy_trl(wired, loss_type):
     assert np.all(adv[4:] == 0.0) and stats["frac_reward_zero_std"] == 0.5
 
     host = grpo.pack(r, adv, prompt_len=8, budget=BUDGET, grad_accum=A, pad_id=0, mask_truncated=True)
-    no_ref = {k: v for k, v in host.items() if k not in ("advantages", "truncated")}
-    ref_logps = grpo.reference_fn(parts, prompt_len=8)(parts["ref"], parts["rest"], to_global_batch(no_ref,
-                                                                                                 parts["mesh"]))
-    policy = nnx.merge(parts["graphdef"], initial.params, parts["rest"])
-    reference = nnx.merge(parts["graphdef"], parts["ref"], parts["rest"])
+    ref_logps = steps.reference(8)(run.frozen, host.on_mesh(run.mesh))
+    policy = run.model(initial.params)
+    reference = run.model(reference=True)
     logps = padded(independent_logps(policy, r, temperature=0.7), BUDGET)
     ref = padded(independent_logps(reference, r, temperature=0.7), BUDGET)
-    in_completion = host["completion_mask"].reshape(-1, BUDGET) > 0
+    in_completion = host.completion_mask.reshape(-1, BUDGET) > 0
     np.testing.assert_allclose(np.asarray(ref_logps).reshape(-1, BUDGET)[in_completion], ref[in_completion], atol=2e-5)
 
-    mask = host["loss_mask"].reshape(-1, BUDGET)
+    mask = host.loss_mask.reshape(-1, BUDGET)
     expected_mask = padded([m * (0.0 if t else 1.0) for m, t in zip(r.tool_mask, r.truncated)], BUDGET)
     np.testing.assert_array_equal(mask, expected_mask)
-    old = host["old_logps"].reshape(-1, BUDGET)
+    old = host.old_logps.reshape(-1, BUDGET)
     num_items = float(mask.sum())
     want_loss, want_kl = 0.0, 0.0
     for a in range(A):  # TRL: each micro-batch normalised with gradient_accumulation_steps = steps_per_generation = A
         rows = slice(a * (2 * G // A), (a + 1) * (2 * G // A))
-        lo, m = np_trl_loss(logps[rows], old[rows], ref[rows], adv[rows], mask[rows], cfg=parts["loss_cfg"],
+        lo, m = np_trl_loss(logps[rows], old[rows], ref[rows], adv[rows], mask[rows], cfg=steps.loss_cfg,
                             num_items=num_items, ga=A, spg=A)
         want_loss += lo
         want_kl += m["kl"] / A
 
-    batch = to_global_batch(host, parts["mesh"])
-    batch["ref_logps"] = ref_logps
+    batch = host.on_mesh(run.mesh).replace(ref_logps=ref_logps)
     if loss_type == "dapo":  # the whole jitted step (TRL's default loss); the step code is loss-type agnostic
         state = jax.tree.map(jnp.copy, initial)
-        state, metrics = grpo.step_fn(parts, prompt_len=8)(state, parts["rest"], batch)
+        state, metrics = steps.update(8)(state, run.frozen, batch)
         assert float(metrics["denom"]) == num_items and int(state.step) == 1
     else:  # the trainer's loss function over the micro-batches (compiles faster than the step)
-        c = parts["config"].grpo
-        loss_fn = jax.jit(grpo.grpo_loss_fn(parts["graphdef"], parts["loss_cfg"], prompt_len=8,
+        c = run.config.grpo
+        loss_fn = jax.jit(grpo.grpo_loss_fn(run.graphdef, steps.loss_cfg, prompt_len=8,
                                             temperature=float(c.temperature), grad_accum=A, num_iterations=2))
         metrics = {"loss": 0.0, "kl": 0.0}
         for a in range(A):
             mb = jax.tree.map(lambda x, a=a: x[a], batch)
-            loss, sums = loss_fn(initial.params, parts["rest"], mb, jnp.float32(num_items))
+            loss, sums = loss_fn(initial.params, run.frozen, mb, jnp.float32(num_items))
             metrics["loss"] += float(loss)
             metrics["kl"] += float(sums["kl"])
     np.testing.assert_allclose(float(metrics["loss"]), want_loss, rtol=1e-5, atol=1e-6)
@@ -175,23 +176,21 @@ def test_step_loss_advantages_and_kl_match_numpy_trl(wired, loss_type):
 
 
 def test_all_truncated_batch_with_masking_has_zero_loss_and_no_update(wired):
-    from reasoner.data.pipeline import to_global_batch
 
-    parts, initial = wired
+    steps, initial = wired
     r = fixed_rollout(truncated=range(2 * G))
     adv, _ = grpo.advantages(np.arange(2 * G, dtype=np.float32), num_generations=G, scale_rewards="group")
     host = grpo.pack(r, adv, prompt_len=8, budget=BUDGET, grad_accum=A, pad_id=0, mask_truncated=True)
-    assert host["loss_mask"].sum() == 0
-    batch = to_global_batch(host, parts["mesh"])
-    batch["ref_logps"] = jnp.zeros_like(batch["old_logps"])
-    state, metrics = grpo.step_fn(parts, prompt_len=8)(jax.tree.map(jnp.copy, initial), parts["rest"], batch)
+    assert host.loss_mask.sum() == 0
+    batch = host.on_mesh(steps.run.mesh)
+    batch = batch.replace(ref_logps=jnp.zeros_like(batch.old_logps))
+    state, metrics = steps.update(8)(jax.tree.map(jnp.copy, initial), steps.run.frozen, batch)
     assert float(metrics["loss"]) == 0.0 and float(metrics["grad_norm"]) == 0.0 and float(metrics["skipped"]) == 0
     jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, state.params),
                  jax.tree.map(np.asarray, initial.params))
 
 
 def test_sharded_step_equals_unsharded(tok_dir):
-    from reasoner.data.pipeline import to_global_batch
     from reasoner.sharding import make_mesh
 
     cfg = tiny(tok_dir, "--config.grpo.beta=0.04", "--config.grpo.max_new_tokens=12", "--config.grpo.loss_type=grpo",
@@ -200,15 +199,15 @@ def test_sharded_step_equals_unsharded(tok_dir):
     r = fixed_rollout(truncated=())
     adv, _ = grpo.advantages(np.linspace(0, 1, 2 * G).astype(np.float32), num_generations=G, scale_rewards="group")
     host = grpo.pack(r, adv, prompt_len=8, budget=12, grad_accum=1, pad_id=0, mask_truncated=False)
-    host["old_logps"] = np.zeros_like(host["old_logps"])
+    host = host.replace(old_logps=np.zeros_like(host.old_logps))
     results = []
     for mesh in (one_device_mesh(), make_mesh("fsdp=8")):
-        parts = grpo.build_grpo(cfg, mesh=mesh)
-        batch = to_global_batch(host, mesh)
-        no_ref = {k: v for k, v in host.items() if k not in ("advantages", "truncated")}
-        batch["ref_logps"] = grpo.reference_fn(parts, prompt_len=8)(
-            jax.tree.map(lambda x: x * 1.01, parts["ref"]), parts["rest"], to_global_batch(no_ref, mesh))
-        state, metrics = grpo.step_fn(parts, prompt_len=8)(parts["state"], parts["rest"], batch)
+        steps = grpo.build_grpo(cfg, mesh=mesh)
+        run = steps.run
+        batch = host.on_mesh(mesh)
+        moved = Frozen(base=run.frozen.base, reference=jax.tree.map(lambda x: x * 1.01, run.frozen.reference))
+        batch = batch.replace(ref_logps=steps.reference(8)(moved, batch))
+        state, metrics = steps.update(8)(run.state, run.frozen, batch)
         results.append((jax.tree.map(np.asarray, state.params), {k: float(v) for k, v in metrics.items()}))
     (p1, m1), (p8, m8) = results
     for key in ("loss", "kl", "grad_norm"):
@@ -219,7 +218,7 @@ def test_sharded_step_equals_unsharded(tok_dir):
 def test_multi_turn_rollout_masks_tool_response_tokens(tok_dir):
     cfg = tiny(tok_dir, "--config.grpo.max_new_tokens=6", "--config.grpo.max_completion_tokens=24",
                "--config.grpo.max_turns=3")
-    parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
+    steps = grpo.build_grpo(cfg, mesh=one_device_mesh())
     from reasoner.sampling import SamplingParams
     from reasoner.tokenization import encode
 
@@ -231,10 +230,10 @@ def test_multi_turn_rollout_masks_tool_response_tokens(tok_dir):
         def begin(self, prompts):
             self.messages = [[] for _ in prompts]
 
-        def turn(self, replies, *, want_next):
-            for b, (text, _) in replies.items():
-                self.messages[b].append({"role": "assistant", "content": text})
-            out = {b: " apple banana" for b in replies if want_next}
+        def turn(self, completions, *, want_next):
+            for b, comp in completions.items():
+                self.messages[b].append({"role": "assistant", "content": comp.text})
+            out = {b: " apple banana" for b in completions if want_next}
             calls.extend(out)
             for b in out:
                 self.messages[b].append({"role": "tool", "content": " apple banana"})
@@ -243,10 +242,10 @@ def test_multi_turn_rollout_masks_tool_response_tokens(tok_dir):
         def trajectories(self):
             return self.messages
 
-    tok = parts["tokenizer"]
+    tok = steps.run.tokenizer
     prompts = [encode(tok, "say something"), encode(tok, "one two three")]
     sampling = SamplingParams(max_new_tokens=6, temperature=1.0, n=G, seed=3)
-    r = grpo.rollout(parts["sampler"], prompt_ids=prompts, examples=[{}, {}], sampling=sampling, budget=24,
+    r = grpo.rollout(grpo.sampler_for(steps.run), prompt_ids=prompts, examples=[{}, {}], sampling=sampling, budget=24,
                      tool=Tool(), max_turns=3, tool_reserve=8)
     response = encode(tok, " apple banana")
     assert calls, "no turn ended on a stop string; pick other stop words"
@@ -267,7 +266,7 @@ def test_multi_turn_rollout_masks_tool_response_tokens(tok_dir):
     assert tool_messages == len(calls)  # one tool message per call, none lost
     host = grpo.pack(r, np.ones(2 * G, np.float32), prompt_len=64, budget=24, grad_accum=1, pad_id=0,
                      mask_truncated=False)
-    assert host["loss_mask"].sum() == sum(float(m.sum()) for m in r.tool_mask)
+    assert host.loss_mask.sum() == sum(float(m.sum()) for m in r.tool_mask)
 
 
 def test_configs_carry_the_paper_settings():
@@ -339,11 +338,12 @@ def test_lora_trains_only_adapters_against_the_adapter_free_base(tok_dir):
     from reasoner.rewards import CompositeReward, WeightedReward, completion_text
 
     cfg = tiny(tok_dir, "--config.grpo.max_new_tokens=8", "--config.optim.lr=0.01", file="grpo_cedar.py")
-    parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
-    leaves = jax.tree_util.tree_flatten_with_path(parts["state"].params)[0]
+    steps = grpo.build_grpo(cfg, mesh=one_device_mesh())
+    run = steps.run
+    leaves = jax.tree_util.tree_flatten_with_path(run.state.params)[0]
     assert leaves and all(str(path[-1].key) in ("a", "b") for path, _ in leaves)
-    assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree.leaves(parts["ref"]))
-    rest_before = jax.tree.map(np.asarray, parts["rest"])
+    assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree.leaves(run.frozen.reference))
+    rest_before = jax.tree.map(np.asarray, run.frozen.base)
     def hangs(completions, *, examples):  # a verifier that never answers in time
         time.sleep(2.0)
         return [1.0] * len(completions)
@@ -351,11 +351,12 @@ def test_lora_trains_only_adapters_against_the_adapter_free_base(tok_dir):
     reward = CompositeReward([WeightedReward("len", lambda cs, *, examples: [
         float(len(completion_text(c).split())) for c in cs]), WeightedReward("slow", hangs, 1.0, timeout_s=0.2)])
     examples = [{"prompt": "say something"}, {"prompt": "one two three"}]
-    state, m = grpo.generation_step(parts, parts["state"], examples=examples, reward=reward, tool=None, seed=0)
+    state, m = grpo.generation_step(steps, grpo.sampler_for(run), run.state, examples=examples, reward=reward,
+                                    tool=None, seed=0)
     reward.close()
     assert abs(m["kl"]) < 1e-6 and np.isfinite(m["loss"]) and m["skipped"] == 0
     assert m["reward_failures/slow"] == 2 * G and m["rewards/slow"] == 0.0  # timeouts score 0 and are counted
     b_after = [np.asarray(x) for path, x in jax.tree_util.tree_flatten_with_path(state.params)[0]
                if str(path[-1].key) == "b"]
     assert max(float(np.abs(b).max()) for b in b_after) > 0
-    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, parts["rest"]), rest_before)
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, run.frozen.base), rest_before)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from reasoner.models.scoring import logps_and_entropy
 from trainers import grpo_loss as gl
 
 B, G, T = 8, 4, 12  # 2 prompts x 4 completions, 12 completion tokens
@@ -381,7 +382,7 @@ def test_token_logps_and_entropy_match_trl_helpers(temperature):
     rng = np.random.default_rng(4)
     logits = rng.normal(0, 3, size=(3, 5, 50)).astype(np.float32)
     ids = rng.integers(0, 50, size=(3, 5))
-    logps, entropy = gl.token_logps_and_entropy(jnp.asarray(logits, jnp.bfloat16).astype(jnp.float32),
+    logps, entropy = logps_and_entropy(jnp.asarray(logits, jnp.bfloat16).astype(jnp.float32),
                                                 jnp.asarray(ids), temperature=temperature)
     t_logits = torch.tensor(np.asarray(jnp.asarray(logits, jnp.bfloat16).astype(jnp.float32)))
     ref = trl_utils.selective_log_softmax(t_logits, torch.tensor(ids), temperature=temperature).numpy()
@@ -389,10 +390,10 @@ def test_token_logps_and_entropy_match_trl_helpers(temperature):
     np.testing.assert_allclose(np.asarray(logps), ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(entropy), ref_entropy, rtol=1e-5, atol=1e-5)
     masked = jnp.asarray(logits).at[:, :, 10:].set(-jnp.inf)  # a processor masked most of the vocabulary
-    m_logps, m_entropy = gl.token_logps_and_entropy(masked, jnp.asarray(ids) % 10, temperature=temperature)
+    m_logps, m_entropy = logps_and_entropy(masked, jnp.asarray(ids) % 10, temperature=temperature)
     assert np.all(np.isfinite(np.asarray(m_logps))) and np.all(np.isfinite(np.asarray(m_entropy)))
     with pytest.raises(ValueError, match="temperature=0"):
-        gl.token_logps_and_entropy(jnp.asarray(logits), jnp.asarray(ids), temperature=0)
+        logps_and_entropy(jnp.asarray(logits), jnp.asarray(ids), temperature=0)
 
 
 @pytest.mark.baseline

@@ -1,6 +1,6 @@
-"""GRPO multi-turn rollouts in the SMT scratchpad protocol (`trainers.grpo.ScratchpadTool`).
+"""GRPO multi-turn rollouts in the SMT scratchpad protocol (`reasoner.agents.scratchpad.ScratchpadTool`).
 
-A scripted session (fixed replies per row and turn, tokenized with SmolLM2's tokenizer) drives `grpo.rollout`, so
+A scripted session (fixed replies per row and turn, tokenized with SmolLM2's tokenizer) drives `multiturn.rollout`, so
 the test knows every turn: tool-response tokens are exactly the chat template's rendering of the tool messages
 (end of turn, tool turn, next generation prompt) and are masked out of the loss; finish() and a reply without a
 tool call end the row. One test runs real Z3; one runs a GRPO step with the tiny random model and the tool.
@@ -14,13 +14,16 @@ import json
 import numpy as np
 import pytest
 
+from reasoner.agents.multiturn import rollout
 from reasoner.agents.policies import TOOLS
+from reasoner.agents.scratchpad import ScratchpadTool
 from reasoner.sampling import SamplingParams
 from reasoner.sampling.results import Completion
 from reasoner.tokenization import encode, load_tokenizer, render_chat
 from reasoner.verifiers.z3_runner import Z3Result
 from tests.trainers.test_grpo import G, one_device_mesh, tiny, tok_dir  # noqa: F401 - tok_dir is a fixture
 from trainers import grpo
+from trainers.data import as_example
 
 
 def call(name, **arguments):
@@ -34,7 +37,7 @@ SCRIPT = {0: [SOLVE, FINISH], 1: [FINISH], 2: [SOLVE, SOLVE, "The answer is A."]
 
 
 class ScriptedSession:
-    """The sampler session interface `grpo.rollout` uses, replaying SCRIPT (finish reason `stop`)."""
+    """The sampler session interface `multiturn.rollout` uses, replaying SCRIPT (finish reason `stop`)."""
 
     def __init__(self, tok, prompts):
         self.tok, self.history, self.turn = tok, [list(p) for p in prompts], {b: 0 for b in SCRIPT}
@@ -88,11 +91,11 @@ def smol_tok():
 
 
 def _rollout(tok, runner, *, budget=400, max_turns=4, examples=None):
-    tool = grpo.ScratchpadTool(tok, runner=runner)
+    tool = ScratchpadTool(tok, runner=runner)
     examples = examples or [{"prompt": [{"role": "user", "content": f"Problem {b}: which is true, A or B?"}]}
                             for b in SCRIPT]
     sampler = ScriptedSampler(tok)
-    r = grpo.rollout(sampler, prompt_ids=[tool.prompt_ids(e["prompt"]) for e in examples], examples=examples,
+    r = rollout(sampler, prompt_ids=[tool.prompt_ids(e["prompt"]) for e in examples], examples=examples,
                      sampling=SamplingParams(max_new_tokens=64, temperature=1.0, n=1), budget=budget, tool=tool,
                      max_turns=max_turns, tool_reserve=64)
     return r, sampler, examples
@@ -136,8 +139,8 @@ def test_tool_responses_are_masked_and_finish_ends_the_row(smol_tok):
         assert text.startswith("<|im_end|>") and "<|im_start|>tool" in text and text.endswith("assistant\n")
     host = grpo.pack(r, np.ones(len(SCRIPT), np.float32), prompt_len=256, budget=400, grad_accum=1,
                      pad_id=0, mask_truncated=False)
-    assert host["loss_mask"].sum() == sum(float(m.sum()) for m in r.tool_mask)
-    assert host["loss_mask"].sum() < host["completion_mask"].sum()
+    assert host.loss_mask.sum() == sum(float(m.sum()) for m in r.tool_mask)
+    assert host.loss_mask.sum() < host.completion_mask.sum()
     assert r.texts[0] == SOLVE + FINISH
 
 
@@ -171,17 +174,20 @@ def test_config_tool_and_grpo_step_with_tiny_model(tok_dir):  # noqa: F811
     cfg = tiny(tok_dir, "--config.grpo.max_new_tokens=6", "--config.grpo.max_completion_tokens=24",
                "--config.grpo.max_turns=3", "--config.grpo.tool=scratchpad",
                "--config.model.tokenizer=smollm2-135m-instruct", "--config.model.random.vocab_size=49152")
-    parts = grpo.build_grpo(cfg, mesh=one_device_mesh())
-    tool = grpo.tool_from_config(cfg, parts["tokenizer"])
-    assert isinstance(tool, grpo.ScratchpadTool)
+    steps = grpo.build_grpo(cfg, mesh=one_device_mesh())
+    tool = grpo.tool_from_config(cfg, steps.run.tokenizer)
+    assert isinstance(tool, ScratchpadTool)
     with pytest.raises(ValueError, match="scratchpad"):
-        grpo.tool_from_config(tiny(tok_dir, "--config.grpo.tool=z3"), parts["tokenizer"])
+        grpo.tool_from_config(tiny(tok_dir, "--config.grpo.tool=z3"), steps.run.tokenizer)
     examples = [{"prompt": [{"role": "user", "content": "say something"}], "answer": "yes"},
                 {"prompt": [{"role": "user", "content": "one two three"}], "answer": "no"}]
     reward = CompositeReward.from_config([{"name": "exact_match"}])
-    state, m = grpo.generation_step(parts, parts["state"], examples=examples, reward=reward, tool=tool, seed=0)
-    assert np.isfinite(m["loss"]) and int(state.step) == 1
-    assert all(t.termination in ("no_tool_call", "max_turns") for t in tool.trajectories())
+    with tool:
+        state, m = grpo.generation_step(steps, grpo.sampler_for(steps.run), steps.run.state, examples=examples,
+                                        reward=reward, tool=tool, seed=0)
+        assert np.isfinite(m["loss"]) and int(state.step) == 1
+        assert all(t.termination in ("no_tool_call", "max_turns") for t in tool.trajectories())
+    assert tool._runner is None  # close() stopped the Z3 pool the tool started
 
 
 def test_smt_task_prompts_as_the_evaluation_and_rewards_read_trajectories(smol_tok, shared_data):
@@ -191,9 +197,9 @@ def test_smt_task_prompts_as_the_evaluation_and_rewards_read_trajectories(smol_t
     problem = next(p for p in load_problems(shared_data, "folio", limit=40) if p.answer in ("A", "B"))
     record = {"id": problem.id, "context": problem.context, "question": problem.question,
               "options": list(problem.options), "answer": problem.answer}
-    example = grpo.as_example(record, task="smt", dataset="folio")
+    example = as_example(record, task="smt", dataset="folio")
     assert example["prompt"] == render_messages(problem)
-    tool = grpo.ScratchpadTool(smol_tok)
+    tool = ScratchpadTool(smol_tok)
     # the SMT evaluation's SamplerPolicy renders the same conversation with the same tools
     assert tool.prompt_ids(example["prompt"]) == encode(smol_tok, render_chat(
         smol_tok, render_messages(problem), add_generation_prompt=True, tools=TOOLS))

@@ -43,6 +43,7 @@ def test_sft_step_loss_equals_transformers_masked_token_mean(hf_tiny_llama):
     import torch
 
     from reasoner.models import load_model
+    from trainers.run import Frozen
     from trainers.sft import sft_denominator, sft_loss_fn
     from trainers.state import create_state
     from trainers.step import make_train_step
@@ -54,7 +55,7 @@ def test_sft_step_loss_equals_transformers_masked_token_mean(hf_tiny_llama):
     optimizer = optax.sgd(0.0)
     step = jax.jit(make_train_step(loss_fn=sft_loss_fn(graphdef), optimizer=optimizer, schedule=lambda s: 0.0,
                                    denominator=sft_denominator))
-    _, metrics = step(create_state(nnx.to_pure_dict(params), optimizer, seed=0), nnx.to_pure_dict(rest),
+    _, metrics = step(create_state(nnx.to_pure_dict(params), optimizer, seed=0), Frozen(base=nnx.to_pure_dict(rest)),
                       jax.tree.map(jnp.asarray, batch))
 
     flat = {k: torch.from_numpy(v.reshape(-1, v.shape[-1]).astype(np.int64)) for k, v in batch.items()}
@@ -102,9 +103,9 @@ def test_dpo_first_step_loss_is_ln2_when_reference_is_policy(dpo_data, tmp_path,
     from trainers.dpo import build_dpo, mean_metrics
 
     config = tiny_config("dpo", dpo_data, f"--config.dpo.precompute_ref={precompute}", "--config.mesh=fsdp=-1")
-    parts = build_dpo(config, workdir=tmp_path)
-    batch = to_global_batch(next(parts["iterator"]), parts["mesh"])
-    _, metrics = parts["step"](parts["state"], parts["frozen"], batch)
+    s = build_dpo(config, workdir=tmp_path)
+    batch = to_global_batch(next(s.iterator), s.run.mesh)
+    _, metrics = s.step(s.run.state, s.run.frozen, batch)
     m = mean_metrics({k: float(v) for k, v in metrics.items()})
     # Not bit-exact: on CPU the policy forward runs inside `grad` through the blocked attention's
     # custom VJP, whose loop XLA compiles a little differently when its residuals are kept (a few

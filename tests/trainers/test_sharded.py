@@ -12,13 +12,13 @@ MESHES = ("fsdp=4,tensor=2", "data=2,fsdp=4")
 def _first_losses(build, config, workdir, *, devices=None, steps=3):
     from reasoner.data.pipeline import to_global_batch
 
-    parts = build(config, workdir=workdir, devices=devices)
-    state, losses = parts["state"], []
+    s = build(config, workdir=workdir, devices=devices)
+    state, losses = s.run.state, []
     for _ in range(steps):
-        batch = to_global_batch(next(parts["iterator"]), parts["mesh"])
-        state, metrics = parts["step"](state, parts["frozen"], batch)
+        batch = to_global_batch(next(s.iterator), s.run.mesh)
+        state, metrics = s.step(state, s.run.frozen, batch)
         losses.append(float(metrics["loss"]))
-    return np.asarray(losses), parts
+    return np.asarray(losses), s.run
 
 
 @pytest.mark.parametrize("kind", ["sft", "dpo"])
@@ -34,9 +34,9 @@ def test_sharded_losses_equal_single_device(kind, sft_data, dpo_data, tmp_path):
                               devices=jax.devices()[:1])
     assert len(set(single.round(6))) == 3  # the optimizer really moved between steps
     for mesh in MESHES:
-        sharded, parts = _first_losses(build, tiny_config(kind, data, f"--config.mesh={mesh}", *extra), tmp_path)
-        assert dict(parts["mesh"].shape) == {k: int(v) for k, v in (a.split("=") for a in
+        sharded, run = _first_losses(build, tiny_config(kind, data, f"--config.mesh={mesh}", *extra), tmp_path)
+        assert dict(run.mesh.shape) == {k: int(v) for k, v in (a.split("=") for a in
                                                                     f"data=1,fsdp=1,tensor=1,{mesh}".split(","))}
-        embed = parts["state"].params["embed"]
+        embed = run.state.params["embed"]
         assert len(embed.sharding.device_set) == 8 and not embed.sharding.is_fully_replicated
         np.testing.assert_allclose(sharded, single, rtol=0, atol=1e-5, err_msg=f"{kind} on {mesh}")

@@ -39,7 +39,7 @@ def test_gradient_accumulation_equals_one_global_batch():
 
 
 def test_nonfinite_loss_skips_the_update_and_stops_after_a_run():
-    from trainers.common import NonFiniteGuard, NonFiniteLossError
+    from trainers.loop import NonFiniteGuard, NonFiniteLossError
     from trainers.state import create_state
     from trainers.step import make_train_step
 
@@ -96,27 +96,28 @@ def test_lora_trains_only_adapters_and_exports_merged(sft_data, tmp_path):
     from reasoner.data.pipeline import to_global_batch
     from reasoner.models import load_model
     from reasoner.models.export import export_hf
-    from trainers import common
+    from trainers.run import merged_for_export
     from trainers.sft import build_sft
 
     config = tiny_config("sft", sft_data, "--config.lora.rank=4", "--config.lora.alpha=8.0",
                          f"--config.data.tfds_dir={tmp_path / 'tfds'}")
-    parts = build_sft(config, workdir=tmp_path, devices=jax.devices()[:1])
-    names = {str(k[-1]) for k, _ in nnx.to_flat_state(nnx.State(parts["state"].params))}
+    s = build_sft(config, workdir=tmp_path, devices=jax.devices()[:1])
+    run = s.run
+    names = {str(k[-1]) for k, _ in nnx.to_flat_state(nnx.State(run.state.params))}
     assert names == {"a", "b"}, names  # the optimizer sees adapters only
-    base_before = jax.tree.map(np.asarray, parts["frozen"])
-    state = parts["state"]
+    base_before = jax.tree.map(np.asarray, run.frozen.base)
+    state = run.state
     for _ in range(2):
-        state, metrics = parts["step"](state, parts["frozen"], to_global_batch(next(parts["iterator"]), parts["mesh"]))
+        state, metrics = s.step(state, run.frozen, to_global_batch(next(s.iterator), run.mesh))
     assert all(np.array_equal(a, np.asarray(b)) for a, b in
-               zip(jax.tree.leaves(base_before), jax.tree.leaves(parts["frozen"])))
+               zip(jax.tree.leaves(base_before), jax.tree.leaves(run.frozen.base)))
     assert float(np.abs(np.asarray(state.params["layers"][0]["attn"]["q_proj"]["lora"]["b"])).max()) > 0
 
-    model = nnx.merge(parts["graphdef"], state.params, parts["frozen"])
-    tokens = jnp.asarray(parts["rows"]["tokens"][:2, :48])
+    model = run.model(state.params)
+    tokens = jnp.asarray(s.rows["tokens"][:2, :48])
     positions = jnp.broadcast_to(jnp.arange(48), tokens.shape)
     with_adapters = np.asarray(model(tokens, positions_BxT=positions)[0])
-    out = export_hf(common.merged_for_export(parts["graphdef"], state.params, parts["frozen"]), str(tmp_path / "hf"))
+    out = export_hf(merged_for_export(run, state.params), str(tmp_path / "hf"))
     reloaded = load_model(out)
     np.testing.assert_allclose(np.asarray(reloaded(tokens, positions_BxT=positions)[0]), with_adapters,
                                rtol=1e-4, atol=1e-4)

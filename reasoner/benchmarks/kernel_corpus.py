@@ -1,4 +1,5 @@
-"""Problem corpora for the kernel's agreement tests and benchmarks: (name, compiled Hypergraph, goal Atom) triples.
+"""Problem corpora for the A* kernel's agreement tests (tests/search) and `reasoner bench astar`: (name, compiled
+Hypergraph, goal Atom) triples. (It lives here, not in `search`, because it builds DeepRD data with `reasoner.data`.)
 
 * `deeprd_problems`: DeepRD problems from `reasoner.data.deeprd` (paper defaults L in 5..10, B in 4..8 unless a
   spec is given), one goal each.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import pathlib
 import random
-from typing import Iterator
 
 from search.hypergraph import Hypergraph, compile_program
 from search.logic import Atom, LogicError, Program, Rule
@@ -125,8 +125,3 @@ def scaling_program(n_atoms: int, *, seed: int = 0, width: int = 8) -> tuple[Pro
             rules.append(Rule((name[l - 1][a], name[l - 1][b]), name[l][i]))
     goal = name[layers - 1][rng.randrange(width)]
     return Program(tuple(name[0]), tuple(rules)), goal
-
-
-def iter_chunks(items: list, size: int) -> Iterator[list]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]

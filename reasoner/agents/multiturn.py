@@ -1,0 +1,161 @@
+"""Multi-turn rollouts on one KV cache: the continuation rule (shared by GRPO and `SamplerPolicy`) and `rollout`.
+
+The continuation rule (`ChatCache`): each cache row holds the text of its rendered conversation so far (the chat
+template's rendering with the tool schema, generation prompt added, then every reply as the cache holds it, an
+end-of-turn token that stopped the row included). When the re-rendered conversation (with the new tool messages)
+starts with that text, only the suffix (end of the assistant turn, tool messages, next generation prompt) is
+tokenized and appended to the row's cache; the history is never prefilled again. Otherwise the row cannot be
+continued (a template that rewrites earlier turns).
+
+`rollout(sampler, prompt_ids=..., examples=..., sampling=..., budget=..., tool=None)` generates `sampling.n`
+completions per prompt and, with a tool (e.g. `reasoner.agents.scratchpad.ScratchpadTool`), continues rows for
+up to `max_turns` turns, the tool's responses masked out of the loss (`tool_mask` 0). Returns a `Rollout`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Protocol, Sequence
+
+import numpy as np
+
+
+def render_with_tools(tokenizer, messages: list[dict], tools) -> str:
+    """The chat template's rendering with the generation prompt, passing `tools` where the template accepts it."""
+    from reasoner.tokenization import render_chat
+
+    try:
+        return render_chat(tokenizer, messages, add_generation_prompt=True, tools=tools)
+    except Exception:  # templates without tool support reject `tools`
+        return render_chat(tokenizer, messages, add_generation_prompt=True)
+
+
+def text_in_cache(tokenizer, completion) -> str:
+    """A sampled turn's text as its row's cache holds it: an end-of-turn token that stopped it is in the cache."""
+    end = tokenizer.decode([int(completion.tokens[-1])]) if completion.finish_reason == "eos" else ""
+    return completion.text + end
+
+
+class ChatCache:
+    """The text each cache row holds, and the suffix that continues a row to a re-rendered conversation."""
+
+    def __init__(self, tokenizer, tools):
+        self.tokenizer, self.tools = tokenizer, tools
+        self.rows: list[str] = []
+
+    def render(self, messages: list[dict]) -> str:
+        return render_with_tools(self.tokenizer, list(messages), self.tools)
+
+    def reset(self, texts: Sequence[str]) -> None:
+        """One row per prompt text (the prefill)."""
+        self.rows = list(texts)
+
+    def add_reply(self, row: int, completion) -> None:
+        self.rows[row] += text_in_cache(self.tokenizer, completion)
+
+    def suffix(self, row: int, text: str) -> str | None:
+        """What to append to `row` so that it holds `text` (and records it), or None when `text` does not extend it."""
+        if len(text) <= len(self.rows[row]) or not text.startswith(self.rows[row]):
+            return None
+        out, self.rows[row] = text[len(self.rows[row]):], text
+        return out
+
+
+class Tool(Protocol):
+    """What `rollout` needs of a multi-turn tool (see `reasoner.agents.scratchpad.ScratchpadTool`)."""
+
+    stop: tuple[str, ...]
+
+    def begin(self, prompts: Sequence) -> None: ...
+
+    def turn(self, completions: Mapping[int, object], *, want_next: bool) -> dict[int, str]: ...
+
+    def trajectories(self) -> list: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """B = prompts x G rows (row b: sample b % G of prompt b // G), completion tokens of every turn.
+
+    completion_ids / tool_mask (1 = model token, 0 = tool response) / old_logps: per row, the same length.
+    completions: per row, the chat messages of its assistant turns (single turn), or its scratchpad `Trajectory`
+    (multi-turn with a tool: messages, tool calls, observations, answer), for the rewards.
+    """
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[np.ndarray]
+    tool_mask: list[np.ndarray]
+    old_logps: list[np.ndarray]
+    truncated: np.ndarray
+    completions: list
+    examples: list[Mapping]
+
+    @property
+    def texts(self) -> list[str]:
+        from reasoner.rewards import completion_text
+
+        return [completion_text(c) for c in self.completions]
+
+
+def rollout(sampler, *, prompt_ids: Sequence[Sequence[int]], examples: Sequence[Mapping], sampling,
+            budget: int, tool: Tool | None = None, max_turns: int = 1, tool_reserve: int = 256) -> Rollout:
+    """Generates `sampling.n` completions per prompt, continuing rows through `tool` for up to `max_turns` turns.
+
+    With a tool, `prompt_ids` must be `tool.prompt_ids(example["prompt"])`. A row ends when its turn stops on
+    length, when the tool ends it (finish(), no tool call), or when its completion would exceed `budget` tokens
+    (then it counts as truncated). Tool responses are appended to the same KV cache with tool_mask 0.
+    """
+    from reasoner.tokenization import encode
+
+    n = sampling.n
+    multi = tool is not None and max_turns > 1
+    if tool is not None:
+        sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *tool.stop))))
+        tool.begin([examples[b // n].get("prompt", "") for b in range(len(prompt_ids) * n)])
+    max_len = max(len(p) for p in prompt_ids) + budget + 1
+    session = sampler.start([list(p) for p in prompt_ids], sampling, max_len=max_len,
+                            reserve=tool_reserve if multi else 0)
+    B = len(prompt_ids) * n
+    ids: list[list[int]] = [[] for _ in range(B)]
+    model_tok: list[list[int]] = [[] for _ in range(B)]
+    logps: list[list[float]] = [[] for _ in range(B)]
+    messages: list[list[dict]] = [[] for _ in range(B)]
+    truncated = np.zeros(B, bool)
+    rows = list(range(B))
+    for turn in range(max_turns):
+        done = dict(zip(rows, session.run()))
+        for b, comp in done.items():
+            ids[b] += [int(t) for t in comp.tokens]
+            model_tok[b] += [1] * comp.num_tokens
+            logps[b] += [float(x) for x in comp.sample_logprobs]
+            messages[b].append({"role": "assistant", "content": comp.text})
+            truncated[b] |= comp.finish_reason == "length"
+        if tool is None:
+            break
+        appends = {}
+        for b, suffix in tool.turn(done, want_next=turn < max_turns - 1).items():
+            if truncated[b]:
+                continue
+            resp_ids = encode(sampler.tokenizer, suffix)
+            if len(ids[b]) + len(resp_ids) + 1 > budget or len(session.history[b]) + len(resp_ids) + 2 >= max_len:
+                truncated[b] = True  # no room for the response and another turn
+                continue
+            ids[b] += resp_ids
+            model_tok[b] += [0] * len(resp_ids)
+            logps[b] += [0.0] * len(resp_ids)
+            appends[b] = resp_ids
+        if not appends:
+            break
+        rows = sorted(appends)
+        room = min(budget - len(ids[b]) for b in rows)
+        session.extend(appends, max_new_tokens=max(1, min(sampling.max_new_tokens, room)))
+    for b in range(B):
+        if len(ids[b]) > budget:  # the last turn ran past the budget
+            ids[b], model_tok[b], logps[b] = ids[b][:budget], model_tok[b][:budget], logps[b][:budget]
+            truncated[b] = True
+    return Rollout(prompt_ids=[list(prompt_ids[b // n]) for b in range(B)],
+                   completion_ids=[np.asarray(x, np.int32) for x in ids],
+                   tool_mask=[np.asarray(x, np.float32) for x in model_tok],
+                   old_logps=[np.asarray(x, np.float32) for x in logps], truncated=truncated,
+                   completions=tool.trajectories() if tool is not None else messages,
+                   examples=[examples[b // n] for b in range(B)])

@@ -1,0 +1,38 @@
+"""The one JSONL reader: one JSON object per line, blank lines skipped, errors naming the file and line.
+
+    for lineno, record in iter_jsonl(path, what="one A* record per line"): ...
+    rows = read_jsonl(path)                       # list of dicts
+
+Bad input is a `ValueError` of one line, `"<path>:<line>: not valid JSON (<reason>); expected <what>"` (or "...:
+expected a JSON object ..."); a missing file is a `FileNotFoundError` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any, Iterator
+
+
+def iter_jsonl(path, *, what: str = "one JSON object per line") -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line number, record) of every non-blank line of `path`."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file; expected JSONL ({what})")
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg}); expected {what}") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}; "
+                                 f"expected {what}")
+            yield lineno, record
+
+
+def read_jsonl(path, *, what: str = "one JSON object per line") -> list[dict[str, Any]]:
+    """Every record of `path`, in order."""
+    return [record for _, record in iter_jsonl(path, what=what)]
