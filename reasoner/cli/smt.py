@@ -45,6 +45,10 @@ def register(subparsers) -> None:
     rollout.add_argument("--dpo-out", help="JSONL file for the DPO triples")
     rollout.set_defaults(func=run_rollout)
 
+    from reasoner.cli import smt_eval
+
+    smt_eval.add_parser(inner)  # `reasoner smt eval`: K-sample evaluation of a local model
+
 
 def read_script(path: str) -> str:
     """The script's text; bytes that are not UTF-8 are read as Latin-1 (Z3's tests contain some)."""
