@@ -74,43 +74,51 @@ def _split_premises(text: str) -> list[str]:
     return [p.strip() for p in out if p.strip()]
 
 
-def _strip_word(text: str, word: str) -> str | None:
-    """`text` without a trailing whole word `word` (case-insensitive), or None when it does not end so."""
-    n = len(word)
-    if len(text) >= n and text[-n:].lower() == word and (len(text) == n or not _is_word(text[-n - 1])):
-        return text[:-n]
-    return None
+def _word_before(text: str, end: int, word: str) -> int:
+    """The start of `word` (whole word, case-insensitive) ending at `end` in `text`, or -1."""
+    start = end - len(word)
+    if start >= 0 and text[start:end].lower() == word and (start == 0 or not _is_word(text[start - 1])):
+        return start
+    return -1
 
 
 def _is_word(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
 
 
+def _skip_space(text: str, end: int, chars: str = " \t\n\r\f\v") -> int:
+    while end > 0 and text[end - 1] in chars:
+        end -= 1
+    return end
+
+
 def _strip_middle(before: str) -> str:
     """Drop the words between the premises and the rule: "..., by applying the rule:" -> "...".
 
-    A right-to-left scan in linear time (the regex it replaces went cubic on runs of separators such
-    as "and and ..." or " : : ..."): trailing spaces and ":", then optionally the word "rule", then
-    optionally the word "the", then any run of connectives ("by", "using", "applying", "with", "via", "from", "according
-    to", "and"), then separators (spaces , ; :).
+    A right-to-left scan with an end index, linear in the text (the regex it replaces went cubic on
+    runs of separators such as "and and ..." or " : : ..."): trailing spaces and ":", then
+    optionally the word "rule", then optionally the word "the", then any run of connectives ("by",
+    "using", "applying", "with", "via", "from", "according to", "and"), then separators (spaces , ; :).
     """
-    text = before.rstrip().removesuffix(":").rstrip()
+    end = _skip_space(before, len(before))
+    if end and before[end - 1] == ":":
+        end = _skip_space(before, end - 1)
     for word in ("rule", "the"):
-        stripped = _strip_word(text, word)
-        text = text if stripped is None else stripped.rstrip()
+        start = _word_before(before, end, word)
+        end = end if start < 0 else _skip_space(before, start)
     while True:
         for word in _CONNECTIVES:
-            stripped = _strip_word(text, word)
-            if stripped is not None:
-                text = stripped.rstrip()
+            start = _word_before(before, end, word)
+            if start >= 0:
+                end = _skip_space(before, start)
                 break
         else:
-            stripped = _strip_word(text, "to")
-            according = None if stripped is None else _strip_word(stripped.rstrip(), "according")
-            if according is None:
+            start = _word_before(before, end, "to")
+            start = -1 if start < 0 else _word_before(before, _skip_space(before, start), "according")
+            if start < 0:
                 break
-            text = according.rstrip()
-    return text.rstrip(" \t\n\r\f\v,;:")
+            end = _skip_space(before, start)
+    return before[:_skip_space(before, end, " \t\n\r\f\v,;:")]
 
 
 def _parse_block(block: str, verbalizer: Verbalizer) -> ParsedStep | None:

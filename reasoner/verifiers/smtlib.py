@@ -26,7 +26,7 @@ class Atom:
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+) | (?P<comment>;[^\n]*) | (?P<open>\() | (?P<close>\)) |
-    (?P<string>"(?:[^"]|"")*") | (?P<quoted>\|[^|]*\|) | (?P<keyword>:[^\s()";|]+) |
+    (?P<string>"[^"]*(?:""[^"]*)*") | (?P<quoted>\|[^|]*\|) | (?P<keyword>:[^\s()";|]+) |
     (?P<hex>\#x[0-9a-fA-F]+) | (?P<binary>\#b[01]+) | (?P<decimal>\d+\.\d+) | (?P<numeral>\d+) |
     (?P<symbol>[^\s()";|]+)
 """, re.VERBOSE)

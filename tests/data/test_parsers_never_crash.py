@@ -55,9 +55,11 @@ def test_logic_llm_loader_never_raises(tmp_path_factory, value):
 @given(st.text(alphabet='()"->abc +~ ', max_size=40))
 def test_representation_parser_raises_only_value_error(text):
     try:
-        parse_representation(text)
-    except ValueError:
-        pass
+        tree = parse_representation(text)
+    except ValueError as err:
+        assert "representation" in str(err)
+    else:  # one balanced expression: as many "(" as ")" outside quotes, and a list or an atom string back
+        assert isinstance(tree, (list, str)) and text.count("(") >= 1 or isinstance(tree, str)
 
 
 @settings(max_examples=100, deadline=None)
@@ -65,7 +67,11 @@ def test_representation_parser_raises_only_value_error(text):
 def test_raw_theory_parser_reports_instead_of_raising(value):
     report = LoadReport()
     obj = value if isinstance(value, dict) else {"id": "X", "triples": value}
-    parse_theory(obj, report=report)
+    theory = parse_theory(obj, report=report)
+    # Either a theory comes back, or exactly one skip names this theory's id: nothing is lost silently.
+    assert (theory is not None) != (len(report.skipped) == 1)
+    if theory is None:
+        assert report.skipped[0][0] == str(obj.get("id", "<no id>"))
 
 
 @settings(max_examples=150, deadline=None)
@@ -87,3 +93,120 @@ def test_corrupted_real_shaped_theory_is_reported_not_raised(where, value):
     report = LoadReport()
     theory = parse_theory(obj, report=report)
     assert theory is not None or report.skipped[0][0] == "RelNeg-OWA-D3-7"
+
+
+# --- parsers of model output (issue 16 item 5): never raise, linear time, properties ---------------------------
+import re  # noqa: E402
+
+from reasoner.agents.tool_calls import ToolCall, parse_tool_calls  # noqa: E402
+from reasoner.rewards.code_exec import extract_code  # noqa: E402
+from reasoner.rewards.match import MAX_INT_DIGITS, extract_span, integer_tokens, standalone_integers  # noqa: E402
+from reasoner.verifiers import smtlib  # noqa: E402
+from reasoner.verifiers.sandbox import extract_answer_code  # noqa: E402
+
+TAGGY = st.text(alphabet=list("<>/answerthinkool_cl{}()[]\"':,= \n`fnishz3_solve"), max_size=80)
+OLD_SPAN = lambda text: (re.findall(r"<answer>(.*?)</answer>", text, flags=re.DOTALL) or [None])[-1]  # noqa: E731
+OLD_FENCE = re.compile(r"```[ \t]*[\w+.-]*[ \t]*\n(.*?)```", re.DOTALL)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TAGGY)
+def test_tool_call_parser_never_raises_and_returns_calls(text):
+    calls = parse_tool_calls(text)
+    assert isinstance(calls, list) and all(isinstance(c, ToolCall) and isinstance(c.arguments, dict) for c in calls)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["z3_solve", "finish"]), st.text(max_size=60), st.text(alphabet=" \n\t", max_size=5))
+def test_tool_call_round_trip(name, value, pad):
+    key = "smt_code" if name == "z3_solve" else "answer"
+    text = f"thinking{pad}<tool_call>{pad}" + json.dumps({"name": name, "arguments": {key: value}}) + f"{pad}</tool_call>"
+    (call,) = parse_tool_calls(text)
+    assert (call.name, call.arguments, call.parse_mode) == (name, {key: value}, "json")
+
+
+@settings(max_examples=300, deadline=None)
+@given(TAGGY)
+def test_extract_span_equals_the_lazy_regex(text):
+    assert extract_span(text) == OLD_SPAN(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=list("`py \t\nx=1+.-a"), max_size=60))
+def test_code_fence_extractor_equals_the_regex(text):
+    fenced = OLD_FENCE.search(text)
+    assert extract_code(text) == (fenced.group(1) if fenced else text).strip("\n")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-10 ** 30, max_value=10 ** 30), st.integers(min_value=1, max_value=6000))
+def test_integer_tokens_round_trip_any_length(small, digits):
+    huge = int("7" * digits) if digits <= MAX_INT_DIGITS else None
+    text = f"first {small}, then {'7' * digits}."
+    assert integer_tokens(text) == [str(small), "7" * digits]
+    assert standalone_integers(text) == ([small, huge] if huge is not None else [small])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["(declare-const x Int)", "(assert (> x 0))", "(check-sat)", "(get-model)",
+                                 '(echo "include")', "; (include \"f\")\n"]), max_size=6),
+       st.integers(min_value=0, max_value=6),
+       st.sampled_from(['(set-option :regular-output-channel "f")', '(include "f")',
+                        '(apply (using-params simplify :smtlib2_log "f"))']))
+def test_file_access_found_wherever_it_is_inserted(commands, where, hostile):
+    assert smtlib.file_access("".join(commands)) == []
+    commands = commands[:where] + [hostile] + commands[where:]
+    assert len(smtlib.file_access("".join(commands))) == 1
+
+
+DEGENERATE = 100_000
+
+
+def test_crafted_degenerate_inputs_get_their_one_answer():
+    """Each input of issue 16 that raised or went quadratic, at 100 KB, with the result it must give."""
+    assert parse_tool_calls("finish(" + "(" * DEGENERATE) == []                       # RecursionError before
+    assert parse_tool_calls("<tool_call>" + "[" * DEGENERATE + "</tool_call>") == []
+    long_arg = parse_tool_calls("finish(" + "B" * DEGENERATE + ")")                   # MemoryError before
+    assert [c.arguments for c in long_arg] == [{"answer": "B" * DEGENERATE}]
+    spaced = parse_tool_calls('<tool_call>' + " " * DEGENERATE + '{"name": "finish", "arguments": {"answer": "A"}}')
+    assert [(c.name, c.arguments) for c in spaced] == [("finish", {"answer": "A"})]
+    assert extract_span("<answer>" * DEGENERATE) is None
+    assert extract_span("<answer>" * DEGENERATE + "x</answer>") == "<answer>" * (DEGENERATE - 1) + "x"
+    assert extract_answer_code("<answer>" * DEGENERATE) == "<answer>" * (DEGENERATE - 1)  # unclosed: to the end
+    assert extract_code("```py\n" * DEGENERATE) == ""
+    assert integer_tokens("9" * 5000) == ["9" * 5000]
+    nested = "(assert " + "(" * DEGENERATE + "x" + ")" * DEGENERATE + ")"
+    assert sum(smtlib.production_counts(nested).values()) == DEGENERATE + 1          # RecursionError before
+    assert smtlib.is_trivial(nested)  # no check-sat
+    assert smtlib.file_access('(echo "' + "a" * DEGENERATE) == []
+
+
+def test_trace_parser_on_separator_runs():
+    from search.logic import Atom, Program, Rule
+    from search.parse import parse_trace
+    from search.verbalize import Verbalizer
+
+    program = Program(axioms=(Atom("parent", ("isaac", "jacob")),),
+                      rules=(Rule((Atom("parent", ("?x", "?y")),), Atom("ancestor", ("?x", "?y"))),))
+    verbalizer = Verbalizer(program, dataset="logic")
+    for filler in ("and ", ", ", " : :"):
+        text = "Since parent(isaac, jacob) " + filler * (8192 // len(filler)) + "by rule 1, ancestor(isaac, jacob)."
+        (step,) = parse_trace(text, verbalizer).steps
+        assert step.rule == 0 and step.conclusion == Atom("ancestor", ("isaac", "jacob"))
+        assert step.premises[0] == Atom("parent", ("isaac", "jacob"))
+
+
+def test_trace_parse_cache_is_bounded_by_bytes(monkeypatch):
+    from search import parse as parse_module
+    from search.logic import Atom, Program, Rule
+    from search.parse import parse_trace
+    from search.verbalize import Verbalizer
+
+    program = Program(axioms=(Atom("p", ("a",)),), rules=(Rule((Atom("p", ("?x",)),), Atom("q", ("?x",))),))
+    verbalizer = Verbalizer(program, dataset="logic")
+    monkeypatch.setattr(parse_module, "_CACHE_BYTES", 1 << 20)
+    block = "x" * 16_000
+    for i in range(2 * parse_module._CACHE_BYTES // len(block)):
+        parse_trace(f"{i} {block} rule 1", verbalizer)
+    cached = sum(len(k) for k in verbalizer.block_cache if isinstance(k, str))
+    assert cached <= parse_module._CACHE_BYTES
