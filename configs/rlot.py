@@ -10,6 +10,7 @@ Variants:
     tried, so every Q-value, not only the greedy one, is learned), lr 3e-3 halved every 1,000 episodes.
   None / "cpu": the demo (`reasoner demo rlot`) on the embedded SmolLM2-135M-Instruct: the navigator trained for a
     CPU-sized number of episodes over GSM8K problems the model fails when asked directly (see `env`, `demo`).
+  "demo_tiny": the demo's every stage on a random 2-layer model and a handful of problems (tests, smoke runs).
 """
 
 import ml_collections
@@ -24,19 +25,26 @@ def dqn_paper() -> ml_collections.ConfigDict:
 
 
 def env_paper() -> ml_collections.ConfigDict:
+    """The environment: max depth 5 and width 5 (the authors' defaults); tokens per block stage and per
+    self-evaluation / check-finished reply; prm: outcome | verifier (arithmetic check of GSM8K-style steps) |
+    math_shepherd (the Math-Shepherd protocol over `prm_model`, default the policy model itself)."""
     return ml_collections.ConfigDict(dict(
-        max_depth=5, max_new_tokens=512, eval_max_new_tokens=128, temperature=0.0, max_len=4096,
-        prm="outcome", task="gsm8k", seed=1))
+        max_depth=5, max_width=5, max_new_tokens=512, eval_max_new_tokens=160, prm="verifier", prm_model=""))
 
 
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.trainer = "dqn"
+    c.single_device = True  # on a CPU, simulated devices only split the same cores
     c.dqn = dqn_paper()
     c.env = env_paper()
+    # The demo: task data (data_root "" = ../shared/data beside the checkout), a direct-answer pass over
+    # `train_pool` training problems to find the failed ones, navigator training, evaluation on `test` held-out
+    # problems of navigator / direct / CoT / CoT-SC (and navigator-SC when navigator_sc = k > 1).
     c.demo = ml_collections.ConfigDict(dict(
-        task="gsm8k", train_pool=48, test=24, train_episodes=32, episodes_per_batch=8, sc_samples=3,
-        sc_temperature=0.7, model="", max_new_tokens=96, max_len=2048))
+        task="gsm8k", data_root="", train_pool=256, test=256, model="smollm2-135m-instruct", max_len=4096,
+        direct_max_new_tokens=32, cot_max_new_tokens=512, sc_samples=5, sc_temperature=0.7, navigator_sc=0,
+        seed=0))
     return c
 
 
@@ -50,9 +58,21 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
                           seed=0))
         return c
     if variant in (None, "cpu"):
-        # The demo: few, short episodes on the embedded model; learning starts once the (small) buffer is full.
-        c.dqn.update(dict(buffer_size=64, batch_size=32, lr=0.01, epsilon_decay=0.99, epsilon_floor=0.05,
-                          num_episodes=32, episodes_per_batch=8, checkpoint_every=1))
-        c.env.update(dict(max_depth=3, max_new_tokens=96, max_len=2048))
+        # The demo on the embedded SmolLM2-135M-Instruct on 2 CPU cores: few, short episodes; the buffer is small
+        # so that learning starts within the run; depth 2 and short replies keep prompts under ~1k tokens.
+        c.dqn.update(dict(buffer_size=24, batch_size=16, lr=0.01, epsilon_decay=0.97, epsilon_floor=0.05,
+                          num_episodes=16, episodes_per_batch=8, checkpoint_every=1))
+        c.env.update(dict(max_depth=2, max_width=2, max_new_tokens=48, eval_max_new_tokens=40))
+        c.demo.update(dict(train_pool=24, test=16, max_len=1536, direct_max_new_tokens=24, cot_max_new_tokens=96,
+                           sc_samples=3))
         return c
-    raise ValueError(f"configs/rlot.py: unknown variant {variant!r}; expected one of None, 'cpu', 'tiny', 'paper'")
+    if variant == "demo_tiny":
+        # A random 2-layer model on SmolLM2's tokenizer and a handful of problems: a smoke run of every stage.
+        c = get_config("cpu")
+        c.demo.update(dict(model="random-tiny", train_pool=6, test=4, max_len=1024, direct_max_new_tokens=4,
+                           cot_max_new_tokens=6, sc_samples=2, navigator_sc=2))
+        c.env.update(dict(max_new_tokens=4, eval_max_new_tokens=4))
+        c.dqn.update(dict(num_episodes=8, episodes_per_batch=4, buffer_size=6, batch_size=4))
+        return c
+    raise ValueError(f"configs/rlot.py: unknown variant {variant!r}; expected one of None, 'cpu', 'tiny', 'paper', "
+                     "'demo_tiny'")

@@ -1,9 +1,11 @@
-"""`reasoner demo --workdir DIR [--config FILE[:VARIANT]] [--config.a.b=v ...]`: the main job.
+"""`reasoner demo [astar|rlot] --workdir DIR [--config FILE[:VARIANT]] [--config.a.b=v ...]`: the main job.
 
 Runs the A* post-training pipeline (`reasoner.pipelines.astar`) on the embedded SmolLM2-135M-Instruct: a CPU-sized
 DeepRD split, A* traces, greedy evaluation of the base model, SFT on the traces, GRPO with the A*-dependency reward,
 evaluation again; prints the before/after table (accuracy, efficiency pushes / pops, 95% intervals) and writes
 DIR/report/astar.json and DIR/report/astar.png. Default config: configs/astar_demo.py:cpu (`make demo`).
+`reasoner demo rlot` runs RL-of-Thoughts (`reasoner.pipelines.rlot`, default configs/rlot.py:cpu): navigator vs
+direct / CoT / CoT-SC table, block patterns, DIR/report/report.json and DIR/report/rlot_training.png.
 """
 
 from __future__ import annotations
@@ -14,16 +16,22 @@ import pathlib
 import sys
 
 
-def default_config() -> str:
+# method -> (default config under configs/, pipeline module); every pipeline has run(config, workdir=, progress=)
+METHODS = {"astar": "astar_demo.py:cpu", "rlot": "rlot.py:cpu"}
+
+
+def default_config(method: str = "astar") -> str:
     import configs
 
-    return str(pathlib.Path(configs.__file__).resolve().parent / "astar_demo.py") + ":cpu"
+    return str(pathlib.Path(configs.__file__).resolve().parent / METHODS[method])
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "demo", help="A* post-training end to end on the embedded model (before/after table)",
         description="Data -> base eval -> SFT -> eval -> GRPO -> eval; --config.KEY=VALUE overrides any entry.")
+    parser.add_argument("method", nargs="?", default="astar", choices=sorted(METHODS),
+                        help="astar (default): A* post-training; rlot: RL-of-Thoughts navigator vs baselines")
     parser.add_argument("--workdir", required=True, help="output directory (data, checkpoints, report)")
     parser.add_argument("--config", default=None, metavar="FILE[:VARIANT]",
                         help="default: configs/astar_demo.py:cpu")
@@ -34,10 +42,10 @@ def register(subparsers) -> None:
     accept_config_overrides(parser)
 
 
-def load(spec: str | None, overrides) -> object:
+def load(spec: str | None, overrides, method: str = "astar") -> object:
     from reasoner.config import load_config
 
-    return load_config(spec or default_config(), list(overrides or []))
+    return load_config(spec or default_config(method), list(overrides or []))
 
 
 def use_single_device(config) -> None:
@@ -55,11 +63,16 @@ def run(args: argparse.Namespace) -> int:
     from reasoner.config import ConfigKeyError
 
     try:
-        config = load(args.config, getattr(args, "config_overrides", []))
+        config = load(args.config, getattr(args, "config_overrides", []), getattr(args, "method", "astar"))
     except (ConfigKeyError, FileNotFoundError, ValueError) as err:
         print(f"reasoner demo: {err}", file=sys.stderr)
         return 2
     use_single_device(config)
+    if getattr(args, "method", "astar") == "rlot":
+        from reasoner.pipelines.rlot import run as run_rlot
+
+        report = run_rlot(config, workdir=args.workdir, progress=not args.no_progress)
+        return 0 if report["methods"] else 1
     from reasoner.pipelines.astar import run as run_pipeline
 
     summary = run_pipeline(config, workdir=args.workdir, progress=not args.no_progress)

@@ -27,7 +27,8 @@ class Generation:
 class BatchLM(Protocol):
     calls: int
 
-    def generate(self, prompts: Sequence[str], *, max_new_tokens: int | None = None) -> list[Generation]: ...
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int | None = None, samples: int = 1,
+                 temperature: float | None = None, seed: int | None = None) -> list[Generation]: ...
 
 
 class SamplerLM:
@@ -57,23 +58,26 @@ class SamplerLM:
             {"role": "user", "content": prompt}]
         return chat_ids(self.tokenizer, messages, add_generation_prompt=True)
 
-    def generate(self, prompts: Sequence[str], *, max_new_tokens: int | None = None) -> list[Generation]:
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int | None = None, samples: int = 1,
+                 temperature: float | None = None, seed: int | None = None) -> list[Generation]:
+        """One generation per prompt (prompt order); with `samples` = k > 1, k sampled generations per prompt
+        drawn from one shared prefill (prompt-major: prompt 0's k samples first). `temperature` / `seed`
+        override the LM's for this call."""
         from reasoner.sampling import SamplingParams
         from reasoner.sampling.buckets import bucket_length
 
         if not prompts:
             return []
         max_new = int(max_new_tokens or self.max_new_tokens)
-        room = self.max_len - max_new - 1
-        ids = []
-        for p in prompts:
-            row = self.encode(p)
-            if len(row) > room:
-                row, self.truncated = row[-room:], self.truncated + 1
-            ids.append(row)
-        greedy = self.temperature == 0
+        temperature = self.temperature if temperature is None else float(temperature)
+        if samples > 1:
+            return self._sample(prompts, max_new=max_new, k=int(samples), temperature=temperature,
+                                seed=self.seed if seed is None else int(seed))
+        ids = self._encode_all(prompts, max_new)
+        greedy = temperature == 0
         unique = list(dict.fromkeys(tuple(r) for r in ids)) if greedy else [tuple(r) for r in ids]
-        params = SamplingParams(max_new_tokens=max_new, temperature=self.temperature, seed=self.seed)
+        params = SamplingParams(max_new_tokens=max_new, temperature=temperature,
+                                seed=self.seed if seed is None else int(seed))
         # The batch is padded to a power of two with copies of its first prompt, so a run compiles a few
         # batch shapes rather than one per stage size; the copies' outputs are dropped.
         batch = [list(r) for r in unique]
@@ -86,6 +90,31 @@ class SamplerLM:
             c = by_prompt[tuple(row)] if greedy else outs[i]
             result.append(Generation(text=c.text, prompt_tokens=len(row), completion_tokens=c.num_tokens))
             self.prompt_tokens += len(row)
+            self.completion_tokens += c.num_tokens
+        return result
+
+    def _encode_all(self, prompts: Sequence[str], max_new: int) -> list[list[int]]:
+        room = self.max_len - max_new - 1
+        ids = []
+        for p in prompts:
+            row = self.encode(p)
+            if len(row) > room:
+                row, self.truncated = row[-room:], self.truncated + 1
+            ids.append(row)
+        return ids
+
+    def _sample(self, prompts, *, max_new: int, k: int, temperature: float, seed: int) -> list[Generation]:
+        from reasoner.sampling import SamplingParams
+
+        ids = self._encode_all(prompts, max_new)
+        params = SamplingParams(max_new_tokens=max_new, temperature=temperature, seed=seed, n=k)
+        outs = self.sampler.generate(ids, params, max_len=self.max_len)
+        self.calls += 1
+        result = []
+        for c in outs:
+            n_prompt = len(ids[c.prompt_index])
+            result.append(Generation(text=c.text, prompt_tokens=n_prompt, completion_tokens=c.num_tokens))
+            self.prompt_tokens += n_prompt
             self.completion_tokens += c.num_tokens
         return result
 
@@ -107,13 +136,20 @@ class EndpointLM:
         self._policies: dict = {}
         self._policy = OpenAIChatPolicy
 
-    def generate(self, prompts: Sequence[str], *, max_new_tokens: int | None = None) -> list[Generation]:
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int | None = None, samples: int = 1,
+                 temperature: float | None = None, seed: int | None = None) -> list[Generation]:
+        """As `SamplerLM.generate` (k samples per prompt are k concurrent requests; `seed` is not sent)."""
         if not prompts:
             return []
         n = int(max_new_tokens or self.max_new_tokens)
-        if n not in self._policies:
-            self._policies[n] = self._policy(self.base_url, self.model, max_tokens=n, **self._policy_args)
-        replies = self._policies[n].respond([[{"role": "user", "content": p}] for p in prompts])
+        args = dict(self._policy_args)
+        if temperature is not None:
+            args["temperature"] = float(temperature)
+        key = (n, args["temperature"])
+        if key not in self._policies:
+            self._policies[key] = self._policy(self.base_url, self.model, max_tokens=n, **args)
+        prompts = [p for p in prompts for _ in range(int(samples))]
+        replies = self._policies[key].respond([[{"role": "user", "content": p}] for p in prompts])
         self.calls += 1
         out = []
         for p, r in zip(prompts, replies):
@@ -136,6 +172,6 @@ class CountingLM:
     def calls(self) -> int:
         return len(self.batch_sizes)
 
-    def generate(self, prompts: Sequence[str], *, max_new_tokens: int | None = None) -> list[Generation]:
+    def generate(self, prompts: Sequence[str], **kwargs) -> list[Generation]:
         self.batch_sizes.append(len(prompts))
-        return self.inner.generate(prompts, max_new_tokens=max_new_tokens)
+        return self.inner.generate(prompts, **kwargs)

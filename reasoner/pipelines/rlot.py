@@ -1,0 +1,211 @@
+"""The RL-of-Thoughts pipeline (`reasoner demo rlot`): failed problems -> navigator training -> evaluation.
+
+    from reasoner.pipelines.rlot import run
+    summary = run(load_config("configs/rlot.py:cpu"), workdir="runs/rlot")
+
+Stages (each timed):
+  1. data      `demo.task` problems from the staged data (`reasoner.tasks.reasoning`): a training pool and a
+               held-out test split (GSM8K: its train / test files; one-file tasks: test first, pool after).
+  2. direct    a direct-answer pass over the pool; the problems the model gets wrong are the training problems
+               (all of the pool if it gets none wrong), sampled with repetition by the environment.
+  3. train     `trainers.dqn.train_dqn` on `ThoughtEnv` over those problems (checkpoints in `<workdir>/navigator`).
+  4. eval      on the test split, every method through the same batched `SamplerLM`: the greedy navigator,
+               direct, zero-shot CoT, CoT-SC (k samples, majority vote), and navigator-SC when `demo.navigator_sc`.
+Outputs: `<workdir>/report/report.json` (accuracy with Wilson 95% intervals, LLM calls and tokens per problem,
+the most frequent 2- and 3-block sequences of the navigator's test episodes, timings, unparsed-state counts) and
+`<workdir>/report/rlot_training.png` (mean episode return, TD loss and epsilon per batch of episodes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import time
+
+import numpy as np
+
+from reasoner.agents.rlot import inference
+from reasoner.agents.rlot.env import ThoughtEnv
+from reasoner.agents.rlot.llm import SamplerLM
+from reasoner.tasks.reasoning import load_task
+
+__all__ = ["run", "format_table"]
+
+
+def _log(msg: str) -> None:
+    print(f"[rlot] {msg}", flush=True)
+
+
+def default_data_root() -> pathlib.Path:
+    return pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+def load_model_and_tokenizer(name: str):
+    """The policy model: a preset / .gguf / HF directory, or "random-tiny" (2 layers on SmolLM2's tokenizer)."""
+    from reasoner.models.presets import resolve
+    from reasoner.tokenization import load_tokenizer
+
+    if name == "random-tiny":
+        from flax import nnx
+
+        from reasoner.models import Decoder, ModelConfig
+
+        cfg = ModelConfig(family="llama", vocab_size=49152, hidden_size=32, intermediate_size=64, num_layers=2,
+                          num_heads=4, num_kv_heads=2, head_dim=8, tie_embeddings=True, rope_theta=1000.0)
+        return Decoder(cfg, rngs=nnx.Rngs(0)), load_tokenizer(resolve("smollm2-135m-instruct"))
+    from reasoner.models import load_model
+
+    path = resolve(name)
+    return load_model(str(path)), load_tokenizer(path)
+
+
+def split_problems(config):
+    d = config.demo
+    root = pathlib.Path(d.data_root) if d.data_root else default_data_root()
+    if d.task == "gsm8k":
+        return (load_task(root, "gsm8k", split="train", limit=int(d.train_pool)),
+                load_task(root, "gsm8k", split="test", limit=int(d.test)))
+    everything = load_task(root, d.task)
+    test, pool = everything[:int(d.test)], everything[int(d.test):int(d.test) + int(d.train_pool)]
+    if not pool:
+        raise ValueError(f"demo.task={d.task}: {len(everything)} problems leave none for training after "
+                         f"demo.test={d.test}")
+    return pool, test
+
+
+def make_prm(config, *, model, tokenizer):
+    from reasoner.agents.rlot.prm import MathShepherdPRM, OutcomeOnlyPRM, VerifierPRM, arithmetic_check
+
+    kind = config.env.prm
+    if kind == "outcome":
+        return OutcomeOnlyPRM()
+    if kind == "verifier":
+        return VerifierPRM(arithmetic_check)
+    if kind == "math_shepherd":
+        if config.env.prm_model:
+            prm_model, prm_tokenizer = load_model_and_tokenizer(config.env.prm_model)
+        else:
+            prm_model, prm_tokenizer = model, tokenizer
+        return MathShepherdPRM(prm_model, prm_tokenizer, max_len=int(config.demo.max_len))
+    raise ValueError(f"env.prm={kind!r}: expected outcome, verifier or math_shepherd")
+
+
+def _method_summary(result: inference.MethodResult) -> dict:
+    from reasoner.metrics.intervals import wilson_interval
+
+    n = len(result.correct)
+    interval = wilson_interval(int(sum(result.correct)), n)
+    return {"method": result.name, "n": n, "accuracy": result.accuracy, "ci95": [interval.low, interval.high],
+            "llm_calls_per_problem": float(np.mean(result.calls)), "tokens_per_problem": float(np.mean(result.tokens))}
+
+
+def format_table(methods: list[dict]) -> str:
+    lines = ["| method | accuracy | 95% CI | LLM calls / problem | tokens / problem |", "|---|---|---|---|---|"]
+    for m in methods:
+        lines.append(f"| {m['method']} | {m['accuracy']:.3f} | [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}] | "
+                     f"{m['llm_calls_per_problem']:.1f} | {m['tokens_per_problem']:.0f} |")
+    return "\n".join(lines)
+
+
+def plot_training(history: list[dict], path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    episodes = [h["episodes"] for h in history]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    for ax, key, title in zip(axes, ("mean_return", "loss", "epsilon"), ("mean return", "TD loss", "epsilon")):
+        ax.plot(episodes, [h[key] for h in history], marker="o")
+        ax.set_xlabel("episodes")
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(config, *, workdir, progress: bool = True) -> dict:
+    """Runs every stage (module docstring); returns the report dict (also written to report/report.json)."""
+    from trainers.dqn import train_dqn
+
+    workdir = pathlib.Path(workdir)
+    report_dir = workdir / "report"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    d, e = config.demo, config.env
+    times: dict[str, float] = {}
+    tick = time.perf_counter()
+    model, tokenizer = load_model_and_tokenizer(d.model)
+    pool, test = split_problems(config)
+    lm = SamplerLM(model, tokenizer, max_new_tokens=int(e.max_new_tokens), max_len=int(d.max_len), seed=int(d.seed))
+    times["data"] = time.perf_counter() - tick
+    _log(f"{d.task}: pool {len(pool)}, test {len(test)}; model {d.model}")
+
+    tick = time.perf_counter()
+    screen = inference.direct(lm, pool, max_new_tokens=int(d.direct_max_new_tokens))
+    failed = [p for p, ok in zip(pool, screen.correct) if not ok] or list(pool)
+    times["direct_pass"] = time.perf_counter() - tick
+    _log(f"direct pass: {len(pool) - sum(screen.correct)} of {len(pool)} failed -> training problems")
+
+    tick = time.perf_counter()
+    prm = make_prm(config, model=model, tokenizer=tokenizer)
+    env_args = dict(prm=prm, max_depth=int(e.max_depth), max_width=int(e.max_width),
+                    max_new_tokens=int(e.max_new_tokens), eval_max_new_tokens=int(e.eval_max_new_tokens))
+    train_env = ThoughtEnv(lm, failed, **env_args)
+
+    def on_batch(b, stats, record):
+        if progress:
+            _log(f"train batch {b}: episodes {record['episodes']}, mean return {record['mean_return']:.3f}, "
+                 f"loss {record['loss']:.4f}, epsilon {record['epsilon']:.3f}")
+
+    navigator = train_dqn(train_env, config, workdir=workdir / "navigator", on_batch=on_batch)
+    times["train"] = time.perf_counter() - tick
+    if navigator.history:
+        plot_training(navigator.history, report_dir / "rlot_training.png")
+
+    tick = time.perf_counter()
+    eval_env = ThoughtEnv(lm, **env_args)
+    results = [inference.navigate(eval_env, navigator.act, test)]
+    nav_unparsed = (eval_env.unparsed_states, eval_env.evaluated_states)
+    results.append(inference.direct(lm, test, max_new_tokens=int(d.direct_max_new_tokens)))
+    results.append(inference.chain_of_thought(lm, test, max_new_tokens=int(d.cot_max_new_tokens)))
+    results.append(inference.cot_self_consistency(lm, test, k=int(d.sc_samples), temperature=float(d.sc_temperature),
+                                                  max_new_tokens=int(d.cot_max_new_tokens)))
+    if int(d.navigator_sc) > 1:
+        sampling_lm = SamplerLM(model, tokenizer, max_new_tokens=int(e.max_new_tokens), max_len=int(d.max_len),
+                                temperature=float(d.sc_temperature), seed=int(d.seed) + 1)
+        results.append(inference.navigate_self_consistency(ThoughtEnv(sampling_lm, **env_args), navigator.act, test,
+                                                           k=int(d.navigator_sc)))
+    times["eval"] = time.perf_counter() - tick
+
+    methods = [_method_summary(r) for r in results]
+    episodes = results[0].episodes
+    report = {
+        "task": d.task, "model": d.model, "train_pool": len(pool), "training_problems": len(failed),
+        "test": len(test), "navigator_params": navigator.num_params, "episodes_trained": int(navigator.state.episodes),
+        "methods": methods,
+        "patterns": {"2": inference.block_patterns(episodes, length=2), "3": inference.block_patterns(episodes, length=3)},
+        "navigator_unparsed_states": {"unparsed": nav_unparsed[0], "evaluated": nav_unparsed[1]},
+        "training_unparsed_states": {"unparsed": train_env.unparsed_states, "evaluated": train_env.evaluated_states},
+        "training_history": navigator.history, "seconds": times,
+        "config": {"dqn": config.dqn.to_dict(), "env": config.env.to_dict(), "demo": config.demo.to_dict()},
+        "navigator_episodes": [
+            {"id": ep.problem.id, "blocks": ep.blocks, "answer": ep.answer, "gold": ep.problem.gold,
+             "correct": ep.correct, "rewards": ep.rewards} for ep in episodes],
+    }
+    (report_dir / "report.json").write_text(json.dumps(report, indent=1, default=_jsonable))
+    table = format_table(methods)
+    print(table, flush=True)
+    for n in ("2", "3"):
+        _log(f"most frequent {n}-block sequences: " + "; ".join(f"{s} ({c})" for s, c in report["patterns"][n]))
+    _log(f"report: {report_dir / 'report.json'}; training curve: {report_dir / 'rlot_training.png'}; "
+         f"seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    return report
+
+
+def _jsonable(x):
+    if dataclasses.is_dataclass(x):
+        return dataclasses.asdict(x)
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
