@@ -138,7 +138,8 @@ class ChatService:
         events: queue.Queue = queue.Queue()
         job = self._submit(prep, on_text=lambda j, delta: events.put((j, delta)))
         raw, sent = [""] * req.n, [0] * req.n
-        hold = max((len(s) for s in req.stop), default=1) - 1  # a tail that may still become a stop string
+        # a tail as long as the longest stop string may still be (the start of) one: it is returned only at the end
+        hold = max((len(s) for s in req.stop), default=0)
         tools = bool(req.tools)
         yield self._chunk(prep, [{"index": j, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                   "finish_reason": None} for j in range(req.n)])
