@@ -12,33 +12,19 @@ for tests and smoke runs).
 
 import ml_collections
 
+from configs import common
+
 
 def get_config(variant=None) -> ml_collections.ConfigDict:
-    c = ml_collections.ConfigDict()
-    c.trainer = "dpo"  # what `reasoner train` starts with this config
-    c.seed = 0
-    c.mesh = "fsdp=-1"
-    c.model = ml_collections.ConfigDict(dict(
-        name="smollm2-135m-instruct", tokenizer="", dtype="float32", remat=False, seed=0,
-        random=ml_collections.ConfigDict(dict(
-            family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
-            num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)),
-    ))
-    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0,
-                                            seed=0))
+    c = common.run_config("dpo", seed=0)
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/smt_pairs", name="", tfds_dir="", seq_len=1024, overflow="drop"))
     c.dpo = ml_collections.ConfigDict(dict(
         beta=0.1, loss_type="sigmoid", label_smoothing=0.0,
         precompute_ref=True,  # one reference pass before training, cached in workdir/ref_logps.npz
         ref_model=""))  # "" = the starting policy weights
-    c.optim = ml_collections.ConfigDict(dict(
-        name="adamw", lr=5e-7, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, max_grad_norm=1.0,
-        schedule="cosine", warmup_ratio=0.1, min_lr_ratio=0.0))
-    c.train = ml_collections.ConfigDict(dict(
-        batch_size=4, grad_accum=8, num_epochs=2, checkpoint_every=10, keep_checkpoints=3,
-        async_checkpoint=True, max_nonfinite_steps=5))
-    c.export_dir = ""
+    c.optim = common.optim(name="adamw", lr=5e-7, schedule="cosine", warmup_ratio=0.1)
+    c.train = common.train(batch_size=4, grad_accum=8, num_epochs=2, checkpoint_every=10)
     if variant in (None, "smollm2"):
         return c
     if variant == "paper":

@@ -17,6 +17,8 @@ smoke runs).
 
 import ml_collections
 
+from configs import common
+
 REWARDS = ("correctness", "step_count", "astar_dependency", "astar_true")
 
 
@@ -27,18 +29,7 @@ def astar_reward(name: str, dataset: str, *, device: bool = True) -> list[dict]:
 
 
 def base_config() -> ml_collections.ConfigDict:
-    c = ml_collections.ConfigDict()
-    c.trainer = "grpo"  # what `reasoner train` starts with this config
-    c.seed = 0
-    c.mesh = "fsdp=-1"
-    c.model = ml_collections.ConfigDict(dict(
-        name="smollm2-135m-instruct", tokenizer="", dtype="float32", remat=False, seed=0,
-        random=ml_collections.ConfigDict(dict(
-            family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
-            num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)),
-    ))
-    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0,
-                                            seed=0))
+    c = common.run_config("grpo", seed=0)
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/deeprd_records", name="", tfds_dir="", task="astar", dataset="deeprd",
         eval_split="validation", limit=0))
@@ -47,16 +38,11 @@ def base_config() -> ml_collections.ConfigDict:
         temperature=1.0, top_p=1.0, top_k=0, stop=(),
         loss_type="dapo", beta=0.04, epsilon_low=0.2, epsilon_high=0.2, delta=0.0, use_bias_correction_kl=True,
         scale_rewards="group", num_iterations=1, mask_truncated=False, grad_accum=1,
-        # tool "scratchpad" (with max_turns > 1): multi-turn SMT scratchpad rollouts, trainers.grpo.ScratchpadTool
+        # tool "scratchpad" (with max_turns > 1): multi-turn SMT scratchpad rollouts, reasoner.agents.scratchpad.ScratchpadTool
         max_turns=1, tool="", tool_reserve=256))
     c.rewards = astar_reward("astar_dependency", "deeprd")
-    c.optim = ml_collections.ConfigDict(dict(
-        name="adam", lr=1e-6, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, max_grad_norm=1.0,
-        schedule="constant", warmup_ratio=0.0, min_lr_ratio=0.0))
-    c.train = ml_collections.ConfigDict(dict(
-        num_steps=200, checkpoint_every=20, keep_checkpoints=3, async_checkpoint=True, max_nonfinite_steps=5,
-        eval_every=50))
-    c.export_dir = ""
+    c.optim = common.optim(name="adam", lr=1e-6, schedule="constant")
+    c.train = common.train(num_steps=200, checkpoint_every=20, eval_every=50)
     return c
 
 

@@ -14,20 +14,12 @@ model.name), "tiny" (random 2-layer model, tests and smoke runs).
 
 import ml_collections
 
+from configs import common
+
 
 def get_config(variant=None) -> ml_collections.ConfigDict:
-    c = ml_collections.ConfigDict()
-    c.trainer = "grpo"  # what `reasoner train` starts with this config
-    c.seed = 42
-    c.mesh = "fsdp=-1"
-    c.model = ml_collections.ConfigDict(dict(
-        name="smollm2-135m-instruct", tokenizer="", dtype="float32", remat=False, seed=0,
-        random=ml_collections.ConfigDict(dict(
-            family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
-            num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)),
-    ))
-    c.lora = ml_collections.ConfigDict(dict(rank=64, alpha=64.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0,
-                                            seed=42))
+    c = common.run_config("grpo", seed=42)
+    c.lora.update(rank=64, alpha=64.0)
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/cedar", name="", tfds_dir="", task="chat", dataset="", eval_split="validation",
         limit=0))
@@ -36,17 +28,12 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
         temperature=0.7, top_p=1.0, top_k=0, stop=(),
         loss_type="dapo", beta=0.01, epsilon_low=0.2, epsilon_high=0.2, delta=0.0, use_bias_correction_kl=True,
         scale_rewards="group", num_iterations=1, mask_truncated=False, grad_accum=1,
-        # tool "scratchpad" (with max_turns > 1): multi-turn SMT scratchpad rollouts, trainers.grpo.ScratchpadTool
+        # tool "scratchpad" (with max_turns > 1): multi-turn SMT scratchpad rollouts, reasoner.agents.scratchpad.ScratchpadTool
         max_turns=1, tool="", tool_reserve=256))
     c.rewards = [{"name": "exact_match", "as": "correctness", "weight": 1.0, "timeout_s": 30.0,
                   "options": {"answer_key": "answer", "normalize": "lower_ws"}}]
-    c.optim = ml_collections.ConfigDict(dict(
-        name="adamw", lr=1e-5, b1=0.9, b2=0.99, eps=1e-8, weight_decay=0.1, max_grad_norm=0.1,
-        schedule="cosine", warmup_ratio=0.0, min_lr_ratio=0.0))
-    c.train = ml_collections.ConfigDict(dict(
-        num_steps=2400, checkpoint_every=128, keep_checkpoints=3, async_checkpoint=True, max_nonfinite_steps=5,
-        eval_every=128))
-    c.export_dir = ""
+    c.optim = common.optim(name="adamw", lr=1e-5, b2=0.99, weight_decay=0.1, max_grad_norm=0.1, schedule="cosine")
+    c.train = common.train(num_steps=2400, checkpoint_every=128, eval_every=128)
     if variant in (None, "smollm2"):
         c.lora.rank = 16
         c.lora.alpha = 16.0

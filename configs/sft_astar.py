@@ -11,35 +11,16 @@ Variants: None / "smollm2" (the embedded SmolLM2-135M-Instruct, CPU-sized), "lla
 
 import ml_collections
 
+from configs import common
+
 
 def base_config() -> ml_collections.ConfigDict:
-    c = ml_collections.ConfigDict()
-    c.trainer = "sft"  # what `reasoner train` starts with this config
-    c.seed = 0
-    c.mesh = "fsdp=-1"  # "[name=size,...]" over data, fsdp, tensor; -1 takes the remaining devices
-    c.model = ml_collections.ConfigDict(dict(
-        name="smollm2-135m-instruct",  # preset, .gguf file or HF directory; "" = random init from model.random
-        tokenizer="",  # "" = the model's own
-        dtype="float32",  # compute dtype; master weights and optimizer state stay float32
-        remat=False,
-        seed=0,
-        random=ml_collections.ConfigDict(dict(
-            family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
-            num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)),
-    ))
-    # rank 0 = full fine-tuning; rank > 0 trains only adapters on the projections matching `pattern`
-    c.lora = ml_collections.ConfigDict(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0,
-                                            seed=0))
+    c = common.run_config("sft", seed=0)
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/astar_traces", name="", tfds_dir="",
         seq_len=1024, overflow="truncate", packing=True))
-    c.optim = ml_collections.ConfigDict(dict(
-        name="adam", lr=2e-5, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, max_grad_norm=1.0,
-        schedule="cosine", warmup_ratio=0.03, min_lr_ratio=0.0))
-    c.train = ml_collections.ConfigDict(dict(
-        batch_size=4, grad_accum=1, num_epochs=3, checkpoint_every=200, keep_checkpoints=3,
-        async_checkpoint=True, max_nonfinite_steps=5))
-    c.export_dir = ""  # "" = no export; else HF safetensors of the best-validation checkpoint
+    c.optim = common.optim(name="adam", lr=2e-5, schedule="cosine", warmup_ratio=0.03)
+    c.train = common.train(batch_size=4, grad_accum=1, num_epochs=3, checkpoint_every=200)
     return c
 
 

@@ -78,3 +78,33 @@ def test_parse_value_and_split_overrides():
     assert parse_value("2e-5") == 2e-5 and parse_value("hello") == "hello"
     overrides, rest = split_overrides(["--workdir", "d", "--config.a=1", "--config.b", "2"])
     assert overrides == ["--config.a=1", "--config.b=2"] and rest == ["--workdir", "d"]
+
+
+def test_every_config_names_what_reasoner_train_starts():
+    """`config.trainer` or `config.pipeline` in every variant of every config file; never the file name."""
+    from configs import astar_paper
+    from reasoner.cli.train import PIPELINES, TRAINERS, target_of
+
+    variants = {**TRAINER_CONFIGS, "grpo_astar.py": (None, "tiny", "proofwriter", "astar_true"),
+                "grpo_cedar.py": (None, "paper", "tiny"), "astar_demo.py": (None, "tiny"),
+                "astar_paper.py": tuple(astar_paper.variants())}
+    expected = {"sft_astar.py": ("trainer", "sft"), "dpo_smt.py": ("trainer", "dpo"),
+                "grpo_astar.py": ("trainer", "grpo"), "grpo_cedar.py": ("trainer", "grpo"),
+                "astar_demo.py": ("pipeline", "astar"), "astar_paper.py": ("pipeline", "astar")}
+    for name, vs in variants.items():
+        for v in vs:
+            spec = str(CONFIGS / name) + (f":{v}" if v else "")
+            assert target_of(load_config(spec), spec) == expected[name], spec
+    assert set(TRAINERS) >= {"sft", "dpo", "grpo"} and "astar" in PIPELINES
+    renamed = load_config(str(CONFIGS / "sft_astar.py"), ["--config.trainer=dpo"])
+    assert target_of(renamed, "sft_astar.py") == ("trainer", "dpo")  # the config says, not the file name
+    with pytest.raises(ValueError, match="expected one of"):
+        target_of(load_config(str(CONFIGS / "sft_astar.py"), ["--config.trainer=ppo"]), "x")
+
+
+def test_common_sections_refuse_unknown_fields():
+    from configs import common
+
+    assert common.optim(lr=3e-4).lr == 3e-4 and common.train(num_steps=7).num_steps == 7
+    with pytest.raises(ValueError, match=r"configs.common.optim: unknown fields \['learning_rate'\]"):
+        common.optim(learning_rate=1.0)

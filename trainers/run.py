@@ -168,17 +168,17 @@ def pure_shardings(state: nnx.State, mesh: Mesh) -> dict:
 
 def state_sharding(params_sharding: dict, optimizer: optax.GradientTransformation, params: dict,
                    mesh: Mesh) -> TrainState:
-    """TrainState of shardings: optimizer moments follow their parameter; counters and rng replicated."""
+    """TrainState of shardings: optimizer moments follow their parameter; counters replicated."""
     opt_shape = jax.eval_shape(optimizer.init, params)
     opt_sharding = optax.tree_map_params(
         optimizer, lambda _, s: s, opt_shape, params_sharding,
         transform_non_params=lambda _: replicated(mesh))
-    return TrainState(step=replicated(mesh), params=params_sharding, opt_state=opt_sharding, rng=replicated(mesh))
+    return TrainState(step=replicated(mesh), params=params_sharding, opt_state=opt_sharding)
 
 
-def init_state(params: dict, optimizer, *, seed: int, sharding: TrainState) -> TrainState:
+def init_state(params: dict, optimizer, *, sharding: TrainState) -> TrainState:
     """A fresh state laid out on `sharding` (built inside jit, so no full copy lands on one device)."""
-    return jax.jit(lambda p: create_state(p, optimizer, seed=seed), out_shardings=sharding)(params)
+    return jax.jit(lambda p: create_state(p, optimizer), out_shardings=sharding)(params)
 
 
 # ---------------------------------------------------------------------------------------------- setup
@@ -200,7 +200,7 @@ def setup(config, *, total_steps: int, model=None, devices=None, mesh: Mesh | No
     state_sh = state_sharding(params_sh, optimizer, params, mesh)
     shardings = Shardings(params=params_sh, frozen=Frozen(base=pure_shardings(frozen_state, mesh)),
                           state=state_sh, replicated=replicated(mesh))
-    state = init_state(params, optimizer, seed=int(config.seed), sharding=state_sh)
+    state = init_state(params, optimizer, sharding=state_sh)
     return Run(config=config, mesh=mesh, graphdef=graphdef, frozen=Frozen(base=frozen), shardings=shardings,
                optimizer=optimizer, schedule=schedule, state=state, model_cfg=model.cfg, tokenizer=tokenizer,
                lora=lora)

@@ -4,7 +4,8 @@
 adapters), kept
 in float32 as master weights; frozen parameters (the base model under LoRA, the DPO reference)
 live outside the state and are passed to the step separately. `opt_state` is optax's state for
-exactly `params`. `rng` is a raw `jax.random` key (uint32[2]) so it checkpoints as a plain array.
+exactly `params`. There is no rng: no trainer's step draws random numbers (sampling keys come from the config's
+seed and the step number; LoRA adapter dropout, which would need one, is refused by `trainers.run.add_lora`).
 """
 
 from __future__ import annotations
@@ -19,20 +20,18 @@ from flax import struct
 
 @struct.dataclass(frozen=True)
 class TrainState:
-    """step: int32 scalar (optimizer updates attempted, skipped ones included); params, opt_state, rng."""
+    """step: int32 scalar (optimizer updates attempted, skipped ones included); params, opt_state."""
 
     step: jax.Array
     params: Any
     opt_state: Any
-    rng: jax.Array
 
 
-def create_state(params: Any, optimizer: optax.GradientTransformation, *, seed: int) -> TrainState:
+def create_state(params: Any, optimizer: optax.GradientTransformation) -> TrainState:
     """A fresh state at step 0 with f32 master copies of `params` and optax's initial state."""
     params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
     return TrainState(
         step=jnp.zeros((), jnp.int32),
         params=params,
         opt_state=optimizer.init(params),
-        rng=jax.random.key_data(jax.random.key(seed)),
     )

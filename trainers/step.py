@@ -75,7 +75,6 @@ def make_train_step(
             step=state.step + 1,
             params=new_params,
             opt_state=new_opt_state,
-            rng=jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0]),
         )
         metrics = {
             "loss": loss,

@@ -46,7 +46,7 @@ def build_our_step(model, mesh, *, loss_fn_factory, denominator, example_batch, 
     optimizer, schedule = make_optimizer(optim_config(), total_steps=total_steps)
     params_sh = common.pure_shardings(trainable_state, mesh)
     state_sh = common.state_sharding(params_sh, optimizer, params, mesh)
-    state = common.init_state(params, optimizer, seed=0, sharding=state_sh)
+    state = common.init_state(params, optimizer, sharding=state_sh)
     frozen_sh = common.pure_shardings(frozen_state, mesh)
     # the factory may extend the frozen inputs (DPO adds the reference parameters)
     extra = loss_fn_factory(graphdef=graphdef, params=params, frozen=frozen, params_sharding=params_sh,
@@ -157,3 +157,79 @@ def summary(*, ours_times, baselines: dict[str, dict], units_per_step: int, unit
     out["ours_step_s"] = [round(t, 3) for t in ours_times]
     out["ours_malloc"] = allocator.describe()
     return {**out, **extra}
+
+
+# ------------------------------------------------------------------------------------------- roofline
+def step_gemms(cfg, *, tokens: int, backward: bool = True) -> list[tuple[int, int, int, int]]:
+    """(m, k, n, count) of the matmuls of one forward (and backward) over `tokens` tokens: every
+    projection of every layer and the vocabulary head; backward adds dX [m, n] x [n, k] and dW
+    [k, m] x [m, n] per forward GEMM. Model FLOPs only: remat's recomputation is not counted."""
+    D, H, KV, Dh, inner, L = (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                              cfg.intermediate_size, cfg.num_layers)
+    weights = [(D, H * Dh, L), (D, KV * Dh, 2 * L), (H * Dh, D, L), (D, inner, 2 * L), (inner, D, L),
+               (D, cfg.vocab_size, 1)]
+    out = []
+    for k, n, count in weights:
+        out.append((tokens, k, n, count))
+        if backward:
+            out += [(tokens, n, k, count), (k, tokens, n, count)]
+    return out
+
+
+def attention_flops(cfg, *, rows: int, seq_len: int, backward: bool = True) -> float:
+    """Causal attention scores and weighted values (half the T x T square), times 3 with a backward."""
+    fwd = 2 * 2 * rows * cfg.num_heads * cfg.head_dim * seq_len * seq_len / 2 * cfg.num_layers
+    return fwd * (3 if backward else 1)
+
+
+def gemm_flops(gemms) -> float:
+    return float(sum(2 * m * k * n * c for m, k, n, c in gemms))
+
+
+def measure_gemm_rate(gemms, *, repeats: int = 3) -> float:
+    """FLOP/s that XLA reaches on exactly these f32 matmul shapes here: each distinct shape jitted alone,
+    the median of `repeats` timed runs after a compile run, weighted by its count."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    total_flops, total_s = 0.0, 0.0
+    counts: dict[tuple[int, int, int], int] = {}
+    for m, k, n, c in gemms:
+        counts[(m, k, n)] = counts.get((m, k, n), 0) + c
+    dot = jax.jit(jnp.dot)
+    rng = np.random.default_rng(0)
+    for (m, k, n), c in counts.items():
+        a = jnp.asarray(rng.standard_normal((m, k), np.float32))
+        b = jnp.asarray(rng.standard_normal((k, n), np.float32))
+        dot(a, b).block_until_ready()
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            dot(a, b).block_until_ready()
+            times.append(time.perf_counter() - t)
+        total_s += c * statistics.median(times)
+        total_flops += c * 2.0 * m * k * n
+    return total_flops / total_s
+
+
+def add_roofline(result: dict, cfg, *, ours_times, rows: int, seq_len: int, forward_only_rows: int = 0,
+                 extra_gemms=(), extra_flops: float = 0.0) -> dict:
+    """Adds `roofline_fraction` (ours) and `baseline_roofline_fraction` (the same FLOPs over the baseline's step
+    time) to a `summary` result. `extra_gemms`/`extra_flops`: work outside the training step (GRPO's rollout)."""
+    step_s = statistics.median(ours_times)
+    tokens = rows * seq_len
+    gemms = step_gemms(cfg, tokens=tokens) + list(extra_gemms)
+    flops = gemm_flops(gemms) + attention_flops(cfg, rows=rows, seq_len=seq_len) + extra_flops
+    if forward_only_rows:
+        fwd = step_gemms(cfg, tokens=forward_only_rows * seq_len, backward=False)
+        flops += gemm_flops(fwd) + attention_flops(cfg, rows=forward_only_rows, seq_len=seq_len, backward=False)
+        gemms += fwd
+    rate = measure_gemm_rate(gemms)
+    out = dict(result)
+    out["roofline_fraction"] = round(flops / step_s / rate, 4)
+    if "ratio" in result:
+        out["baseline_roofline_fraction"] = round(out["roofline_fraction"] / result["ratio"], 4)
+    out["model_gflop_per_step"] = round(flops / 1e9, 2)
+    out["gemm_gflop_s"] = round(rate / 1e9, 2)
+    return out

@@ -37,16 +37,12 @@ def register(subparsers) -> None:
 
 def _records(args, config) -> list[dict]:
     if args.records:
+        from reasoner.data.jsonl import read_jsonl
+
         path = pathlib.Path(args.records)
         if not path.is_file():
             raise FileNotFoundError(f"--records {path}: no such file (expected JSONL of A* records)")
-        rows = []
-        for i, line in enumerate(path.read_text().splitlines()):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{i + 1}: not JSON ({err.msg}); expected one A* record per line") from None
+        rows = read_jsonl(path, what="one A* record per line")
         if not rows:
             raise ValueError(f"--records {path}: no records")
         return rows

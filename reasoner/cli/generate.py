@@ -27,29 +27,19 @@ def register(subparsers) -> None:
 
 
 def _read_prompts(path: str, tokenizer) -> list[list[int]]:
-    import json
-
+    from reasoner.data.jsonl import iter_jsonl
     from reasoner.tokenization import chat_ids
 
     prompts = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
-            if not isinstance(item, dict):
-                raise ValueError(f"{path}:{number}: expected an object with 'prompt', 'messages' or 'ids'")
-            if "ids" in item:
-                prompts.append([int(t) for t in item["ids"]])
-            elif "messages" in item:
-                prompts.append(chat_ids(tokenizer, item["messages"]))
-            elif "prompt" in item:
-                prompts.append(chat_ids(tokenizer, [{"role": "user", "content": str(item["prompt"])}]))
-            else:
-                raise ValueError(f"{path}:{number}: expected a key 'prompt', 'messages' or 'ids'")
+    for number, item in iter_jsonl(path, what="an object with 'prompt', 'messages' or 'ids'"):
+        if "ids" in item:
+            prompts.append([int(t) for t in item["ids"]])
+        elif "messages" in item:
+            prompts.append(chat_ids(tokenizer, item["messages"]))
+        elif "prompt" in item:
+            prompts.append(chat_ids(tokenizer, [{"role": "user", "content": str(item["prompt"])}]))
+        else:
+            raise ValueError(f"{path}:{number}: expected a key 'prompt', 'messages' or 'ids'")
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts

@@ -29,13 +29,10 @@ FIELDS = {"sft": ("completion",), "dpo": ("chosen", "rejected")}
 
 
 def parse_line(line: str, *, kind: str, where: str) -> dict[str, Any]:
-    """One JSONL record -> {"prompt": json string of messages, <text fields>}; clear errors name `where`."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    """One JSONL line -> {"prompt": json string of messages, <text fields>}; clear errors name `where`."""
+    from reasoner.data.jsonl import parse_object
+
+    record = parse_object(line, where=where, what=f"a {kind} record (prompt and {', '.join(FIELDS[kind])})")
     missing = [k for k in ("prompt", *FIELDS[kind]) if k not in record]
     if missing:
         raise ValueError(f"{where}: missing {missing}; a {kind} record needs prompt and {list(FIELDS[kind])}")

@@ -14,6 +14,17 @@ import pathlib
 from typing import Any, Iterator
 
 
+def parse_object(line: str, *, where: str, what: str = "one JSON object per line") -> dict[str, Any]:
+    """One line -> its JSON object; a ValueError naming `where` (e.g. "train.jsonl:3") otherwise."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not valid JSON ({err.msg}); expected {what}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}; expected {what}")
+    return record
+
+
 def iter_jsonl(path, *, what: str = "one JSON object per line") -> Iterator[tuple[int, dict[str, Any]]]:
     """(1-based line number, record) of every non-blank line of `path`."""
     path = pathlib.Path(path)
@@ -21,16 +32,8 @@ def iter_jsonl(path, *, what: str = "one JSON object per line") -> Iterator[tupl
         raise FileNotFoundError(f"{path}: no such file; expected JSONL ({what})")
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg}); expected {what}") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}; "
-                                 f"expected {what}")
-            yield lineno, record
+            if line.strip():
+                yield lineno, parse_object(line, where=f"{path}:{lineno}", what=what)
 
 
 def read_jsonl(path, *, what: str = "one JSON object per line") -> list[dict[str, Any]]:

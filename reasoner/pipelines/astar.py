@@ -38,15 +38,15 @@ def _split_records(d, split: str) -> list[dict]:
     """One split's records: from `data.records` (JSONL: `<dir>/<split>.jsonl` or `<prefix>.<split>.jsonl`, e.g. from
     `reasoner data build deeprd --jsonl PREFIX`), from the TFDS builder `data.tfds_name` in `data.tfds_dir` (e.g.
     proofwriter_astar), or generated DeepRD; `data.<split>` > 0 keeps the first that many."""
-    import json
-
     limit = int(d[split])
     if d.get("records"):
         base = pathlib.Path(d.records)
         path = base / f"{split}.jsonl" if base.is_dir() else pathlib.Path(f"{d.records}.{split}.jsonl")
         if not path.is_file():
             raise FileNotFoundError(f"data.records={d.records!r}: {path} does not exist; expected JSONL A* records")
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        from reasoner.data.jsonl import read_jsonl
+
+        rows = read_jsonl(path, what="one A* record per line")
     elif d.get("tfds_name"):
         import tensorflow_datasets as tfds
 

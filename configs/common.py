@@ -1,0 +1,63 @@
+"""Config sections every training config shares: run header, model, LoRA, optimizer, train loop.
+
+    c = common.run_config("sft", seed=0)              # trainer, seed, mesh, model, lora (rank 0), export_dir
+    c.optim = common.optim(name="adam", lr=2e-5, schedule="cosine", warmup_ratio=0.03)
+    c.train = common.train(batch_size=4, num_epochs=3, checkpoint_every=200)
+
+Each function returns a fresh ConfigDict holding every field its consumer reads, with the given values replacing
+the defaults; an unknown field is an error (a misspelt setting is never silently ignored).
+"""
+
+import ml_collections
+
+RANDOM_MODEL = dict(family="llama", vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2,
+                    num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=True, rms_norm_eps=1e-5)
+
+
+def _section(defaults: dict, changes: dict, name: str, optional: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
+    known = set(defaults) | set(optional)
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise ValueError(f"configs.common.{name}: unknown fields {unknown}; expected some of {sorted(known)}")
+    return ml_collections.ConfigDict({**defaults, **changes})
+
+
+def model(**changes) -> ml_collections.ConfigDict:
+    """`config.model`: a preset / GGUF / HF directory `name` ("" = random init from `random`), compute dtype, remat."""
+    out = _section(dict(name="smollm2-135m-instruct",  # preset, .gguf file or HF directory; "" = random init
+                        tokenizer="",  # "" = the model's own
+                        dtype="float32",  # compute dtype; master weights and optimizer state stay float32
+                        remat=False, seed=0), changes, "model")
+    out.random = ml_collections.ConfigDict(dict(RANDOM_MODEL))  # the random-init dims (`trainers.run.build_model`)
+    return out
+
+
+def lora(**changes) -> ml_collections.ConfigDict:
+    """`config.lora`: rank 0 = full fine-tuning; rank > 0 trains only adapters on the projections matching
+    `pattern`, initialised from `seed` (`trainers.run.add_lora`; dropout must be 0)."""
+    return _section(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0, seed=0), changes, "lora")
+
+
+def optim(**changes) -> ml_collections.ConfigDict:
+    """`config.optim` (`trainers.optim`)."""
+    return _section(dict(name="adam", lr=1e-5, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, max_grad_norm=1.0,
+                         schedule="cosine", warmup_ratio=0.0, min_lr_ratio=0.0), changes, "optim")
+
+
+def train(**changes) -> ml_collections.ConfigDict:
+    """`config.train` (`trainers.loop.run_loop`; batch_size / grad_accum / num_epochs for SFT and DPO, num_steps /
+    eval_every for GRPO)."""
+    return _section(dict(checkpoint_every=200, keep_checkpoints=3, async_checkpoint=True, max_nonfinite_steps=5),
+                    changes, "train", optional=("batch_size", "grad_accum", "num_epochs", "num_steps", "eval_every"))
+
+
+def run_config(trainer: str, *, seed: int = 0) -> ml_collections.ConfigDict:
+    """The header of a trainer's config: `trainer`, seed, mesh, model, LoRA (rank 0, seeded like the run), export."""
+    c = ml_collections.ConfigDict()
+    c.trainer = trainer  # what `reasoner train` starts with this config
+    c.seed = seed
+    c.mesh = "fsdp=-1"  # "[name=size,...]" over data, fsdp, tensor; -1 takes the remaining devices
+    c.model = model()
+    c.lora = lora(seed=seed)
+    c.export_dir = ""  # "" = no export; else a Hugging Face checkpoint of the trained model
+    return c
