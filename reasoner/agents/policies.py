@@ -27,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -50,9 +51,14 @@ TOOLS = [
 
 @dataclasses.dataclass(frozen=True)
 class Reply:
+    """One assistant turn. `failure` is set (and `text` empty) when the policy's infrastructure failed to produce
+    a reply at all (an endpoint unreachable or erroring after its retries): the episode then ends as
+    "infrastructure", which curation and metrics exclude instead of counting it against the model."""
+
     text: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    failure: str | None = None
 
 
 class Policy(Protocol):
@@ -115,15 +121,27 @@ class OpenAIChatPolicy:
 
     Structured `tool_calls` in the response are rewritten as `<tool_call>` text so the loop sees one
     format; conversations of a batch are sent concurrently (`max_concurrency`).
+    Infrastructure failures (connection errors, timeouts, HTTP 408/409/429/5xx, a body that is not a chat
+    completion) are retried `retries` times with exponential backoff (`backoff_s` * 2^attempt, at most 30 s);
+    what still fails comes back as a `Reply` with `failure` set (the episode is excluded, never fatal to the
+    run). Other HTTP errors (400, 401, 404: a wrong request, key or model) are not retried and fail at once the
+    same way, with the server's message.
     """
+
+    RETRY_STATUS = (408, 409, 429, 500, 502, 503, 504)
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, temperature: float = 0.9,
                  max_tokens: int = 2048, timeout_s: float = 120.0, max_concurrency: int = 8,
-                 send_tools: bool = True, tool_role: str = "tool"):
+                 send_tools: bool = True, tool_role: str = "tool", retries: int = 4, backoff_s: float = 1.0,
+                 sleep=time.sleep):
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.api_key = model, api_key
         self.temperature, self.max_tokens, self.timeout_s = temperature, max_tokens, timeout_s
         self.max_concurrency, self.send_tools = max_concurrency, send_tools
+        if retries < 0 or backoff_s < 0:
+            raise ValueError(f"retries={retries}, backoff_s={backoff_s}: expected >= 0")
+        self.retries, self.backoff_s, self._sleep = retries, backoff_s, sleep
+        self.failures = 0  # replies given up on after their retries (for logs and tests)
         if tool_role not in ("tool", "user"):
             raise ValueError(f"tool_role must be 'tool' or 'user', got {tool_role!r}")
         # Servers that insist on tool_call_id pairing can get observations as user turns instead.
@@ -133,6 +151,22 @@ class OpenAIChatPolicy:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if local else None))
 
     def _request(self, messages: list[dict]) -> Reply:
+        """One reply, retried on infrastructure failures; a `Reply(failure=...)` when they persist."""
+        error = ""
+        for attempt in range(self.retries + 1):
+            try:
+                return self._request_once(messages)
+            except _Retryable as err:
+                error = str(err)
+                if attempt < self.retries:
+                    self._sleep(min(30.0, self.backoff_s * 2 ** attempt))
+            except _Fatal as err:
+                error = str(err)
+                break
+        self.failures += 1
+        return Reply("", failure=error)
+
+    def _request_once(self, messages: list[dict]) -> Reply:
         body = {"model": self.model, "messages": [_wire_message(m, self.tool_role) for m in messages],
                 "temperature": self.temperature, "max_tokens": self.max_tokens}
         if self.send_tools:
@@ -145,11 +179,16 @@ class OpenAIChatPolicy:
             with self._opener.open(request, timeout=self.timeout_s) as response:
                 payload = json.loads(response.read())
         except urllib.error.HTTPError as err:
-            raise RuntimeError(f"{self.url} answered HTTP {err.code}: {err.read()[:500]!r}") from err
+            kind = _Retryable if err.code in self.RETRY_STATUS else _Fatal
+            raise kind(f"{self.url} answered HTTP {err.code}: {err.read()[:500]!r}") from err
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
+            raise _Retryable(f"{self.url}: {err}") from err
+        except ValueError as err:  # the body is not JSON
+            raise _Retryable(f"{self.url} returned a body that is not JSON: {err}") from err
         try:
             message = payload["choices"][0]["message"]
         except (KeyError, IndexError, TypeError) as err:
-            raise RuntimeError(f"{self.url} returned no choices[0].message: {str(payload)[:500]}") from err
+            raise _Retryable(f"{self.url} returned no choices[0].message: {str(payload)[:500]}") from err
         text = message.get("content") or ""
         for call in message.get("tool_calls") or []:
             function = call.get("function", {})
@@ -165,6 +204,14 @@ class OpenAIChatPolicy:
     def respond(self, conversations: Sequence[list[dict]]) -> list[Reply]:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.max_concurrency)) as pool:
             return list(pool.map(self._request, conversations))
+
+
+class _Retryable(RuntimeError):
+    """An infrastructure failure worth another try."""
+
+
+class _Fatal(RuntimeError):
+    """A request the server refuses as such (retrying cannot help)."""
 
 
 def _wire_message(message: dict, tool_role: str) -> dict:

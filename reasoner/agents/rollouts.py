@@ -18,6 +18,7 @@ class RolloutSet:
     rows: list[dict]  # one JSON-ready record per trajectory, with its label and reasons
     pairs: list[dict]  # DPO triples, Silver traces first as hard negatives
     metrics: dict
+    failures: list[dict] = dataclasses.field(default_factory=list)  # {"id", "error"} per infrastructure failure
 
 
 def rollout_logic(policy, problems: list[LogicProblem], *, runner, samples: int = 1, t_max: int = T_MAX,
@@ -26,7 +27,11 @@ def rollout_logic(policy, problems: list[LogicProblem], *, runner, samples: int 
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     conversations = [(p.id, render_messages(p)) for p in problems for _ in range(samples)]
-    trajectories = run_scratchpad(policy, conversations, runner=runner, t_max=t_max, timeout_cap_s=timeout_cap_s)
+    everything = run_scratchpad(policy, conversations, runner=runner, t_max=t_max, timeout_cap_s=timeout_cap_s)
+    # Episodes whose policy could not answer (endpoint down after retries) are infrastructure failures: recorded,
+    # excluded from curation and metrics, and not written as rows, so a resumed run retries their problems.
+    failed = [t for t in everything if t.termination == "infrastructure"]
+    trajectories = [t for t in everything if t.termination != "infrastructure"]
     by_id = {p.id: p for p in problems}
     entities = {p.id: problem_entities(p.context, p.question) for p in problems}
     rows, curated = [], []
@@ -39,4 +44,6 @@ def rollout_logic(policy, problems: list[LogicProblem], *, runner, samples: int 
                                       "label": result.label, "reasons": list(result.reasons)})
     metrics = smt_metrics(trajectories, entities)
     metrics["labels"] = {label: sum(c.label == label for c in curated) for label in ("gold", "silver", "rejected")}
-    return RolloutSet(trajectories, rows, dpo_pairs(trajectories, curated), metrics)
+    metrics["infrastructure_failures"] = len(failed)
+    return RolloutSet(trajectories, rows, dpo_pairs(trajectories, curated), metrics,
+                      failures=[{"id": t.problem_id, "error": t.failure} for t in failed])

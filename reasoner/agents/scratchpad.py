@@ -7,7 +7,9 @@ the reply are run in order:
   * `finish(answer)` ends the episode with that answer (termination "finish", verified=True);
   * a reply without any tool call also ends it: its text is the answer ("no_tool_call", verified=True);
   * after `t_max` turns without an end the last reply's text is the answer ("max_turns",
-    verified=False): `verified` is the commitment bit of App. A.2, not correctness.
+    verified=False): `verified` is the commitment bit of App. A.2, not correctness;
+  * a reply the policy could not produce (`Reply.failure`: an endpoint down after its retries) ends the
+    episode as "infrastructure": callers exclude such episodes (the paper discarded 63 of them).
 Calls of unknown tools or with bad arguments get an error observation and the episode continues.
 Episodes of a batch advance together: one `policy.respond` per turn for every live episode, then all
 their solver calls are submitted to the pool at once and collected, so a trainer can overlap them.
@@ -41,6 +43,7 @@ class Trajectory:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     correct: bool | None = None
+    failure: str | None = None  # why the policy produced no reply (termination "infrastructure")
 
     @property
     def smt_observations(self) -> list[dict]:
@@ -161,6 +164,11 @@ def advance(episodes: Sequence[Episode], replies: Sequence, *, runner, timeout_c
         reply = as_reply(raw)
         episode.trajectory.prompt_tokens += reply.prompt_tokens or 0
         episode.trajectory.completion_tokens += reply.completion_tokens or 0
+        if reply.failure is not None:  # the policy's infrastructure failed: not the model's doing
+            traj = episode.trajectory
+            traj.answer, traj.verified, traj.termination = None, False, "infrastructure"
+            traj.failure = reply.failure
+            continue
         _apply_reply(episode, reply.text, runner=runner, timeout_cap_s=timeout_cap_s)
     for episode in episodes:
         _collect(episode)

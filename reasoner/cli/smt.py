@@ -29,13 +29,17 @@ def register(subparsers) -> None:
     check.add_argument("--expected", metavar="TSV", help="compare against a file<TAB>expected table")
     check.set_defaults(func=run_check)
 
-    rollout = inner.add_parser("rollout", help="scratchpad rollouts from an OpenAI-compatible endpoint")
-    rollout.add_argument("--dataset", required=True, choices=("proofwriter", "folio", "prontoqa"))
+    rollout = inner.add_parser("rollout", help="scratchpad rollouts from an OpenAI-compatible endpoint or the "
+                                               "symbolic teacher; resumes an existing --out file")
+    rollout.add_argument("--dataset", required=True, choices=("proofwriter", "folio", "prontoqa", "arlsat",
+                                                              "logicaldeduction"))
     rollout.add_argument("--data-root", default=os.path.join("..", "shared", "data"))
     rollout.add_argument("--limit", type=int, default=10, help="number of problems")
     rollout.add_argument("--samples", type=int, default=1, help="episodes per problem")
-    rollout.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000/v1")
-    rollout.add_argument("--model", required=True)
+    rollout.add_argument("--endpoint", help="base URL, e.g. http://127.0.0.1:8000/v1 (omit with --model symbolic)")
+    rollout.add_argument("--model", required=True, help="the served model's name; 'symbolic' for the symbolic "
+                                                        "teacher (ProofWriter, ProntoQA, FOLIO)")
+    rollout.add_argument("--retries", type=int, default=4, help="retries of a failed request (backoff 1, 2, 4 s...)")
     rollout.add_argument("--api-key-env", default="OPENAI_API_KEY", help="variable holding the API key")
     rollout.add_argument("--temperature", type=float, default=0.9)
     rollout.add_argument("--t-max", type=int, default=10)
@@ -102,26 +106,63 @@ def compare_expected(rows: list[dict], tsv_path: str) -> dict:
     return {"agree": total - len(disagreements), "total": total, "disagreements": disagreements}
 
 
+def _finished_ids(path: str, samples: int) -> set[str]:
+    """Problem ids that already have `samples` rows in an existing rollout file (resume skips them)."""
+    counts: dict[str, int] = {}
+    if not os.path.isfile(path):
+        return set()
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                pid = json.loads(line)["problem_id"]
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f"{path}:{number}: not a rollout row (expected JSON with problem_id); move the "
+                                 "file away to start afresh") from None
+            counts[pid] = counts.get(pid, 0) + 1
+    return {pid for pid, n in counts.items() if n >= samples}
+
+
 def run_rollout(args) -> int:
     from reasoner.agents.policies import OpenAIChatPolicy
     from reasoner.agents.rollouts import rollout_logic
     from reasoner.tasks.logic_llm import load_problems
     from reasoner.verifiers.z3_runner import Z3Runner
 
-    problems = load_problems(args.data_root, args.dataset, limit=args.limit)
-    policy = OpenAIChatPolicy(args.endpoint, args.model, api_key=os.environ.get(args.api_key_env),
-                              temperature=args.temperature)
+    try:
+        if args.model != "symbolic" and not args.endpoint:
+            raise ValueError("--endpoint is required unless --model symbolic")
+        if args.samples < 1 or args.limit < 1 or args.retries < 0:
+            raise ValueError(f"--samples={args.samples}, --limit={args.limit}, --retries={args.retries}: expected "
+                             "samples and limit >= 1, retries >= 0")
+        problems = load_problems(args.data_root, args.dataset, limit=args.limit)
+        done = _finished_ids(args.out, args.samples)
+    except (ValueError, OSError) as err:
+        print(f"reasoner smt rollout: {err}", file=sys.stderr)
+        return 2
+    todo = [p for p in problems if p.id not in done]
+    if args.model == "symbolic":
+        from reasoner.cli.smt_eval import _symbolic_policy
+
+        policy, todo = _symbolic_policy(todo, args)
+    else:
+        policy = OpenAIChatPolicy(args.endpoint, args.model, api_key=os.environ.get(args.api_key_env),
+                                  temperature=args.temperature, retries=args.retries)
     with Z3Runner(timeout_s=args.timeout, workers=args.workers) as runner:
-        result = rollout_logic(policy, problems, runner=runner, samples=args.samples, t_max=args.t_max,
+        result = rollout_logic(policy, todo, runner=runner, samples=args.samples, t_max=args.t_max,
                                timeout_cap_s=args.timeout)
-    _write_jsonl(args.out, result.rows)
+    _write_jsonl(args.out, result.rows, append=True)
     if args.dpo_out:
-        _write_jsonl(args.dpo_out, result.pairs)
-    print(json.dumps({"dataset": args.dataset, "problems": len(problems), **result.metrics}))
+        _write_jsonl(args.dpo_out, result.pairs, append=True)
+    for failure in result.failures:
+        print(json.dumps({"infrastructure_failure": failure}), file=sys.stderr)
+    print(json.dumps({"dataset": args.dataset, "problems": len(problems), "resumed_skipped": len(done),
+                      "run": len(todo), **result.metrics}))
     return 0
 
 
-def _write_jsonl(path: str, rows: list[dict]) -> None:
-    with open(path, "w") as f:
+def _write_jsonl(path: str, rows: list[dict], *, append: bool = False) -> None:
+    with open(path, "a" if append else "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")

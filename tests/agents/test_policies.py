@@ -92,7 +92,12 @@ def test_http_policy_tool_role_user_and_errors(server):
     reply = policy.respond([[{"role": "user", "content": "x"}, {"role": "tool", "content": "obs"}]])[0]
     assert reply.text == "echo 2: <tool_response>\nobs\n</tool_response>"
     assert "tools" not in _Handler.requests[-1]["body"]
-    with pytest.raises(RuntimeError, match="HTTP 500"):
-        policy.respond([[{"role": "user", "content": "please fail"}]])
+    sleeps = []
+    failing = OpenAIChatPolicy(server, "teacher", retries=2, backoff_s=0.5, sleep=sleeps.append)
+    before = len(_Handler.requests)
+    (reply,) = failing.respond([[{"role": "user", "content": "please fail"}]])
+    # an infrastructure failure: retried twice with exponential backoff, then a Reply marked failed (not raised)
+    assert reply.failure is not None and "HTTP 500" in reply.failure and reply.text == ""
+    assert len(_Handler.requests) - before == 3 and sleeps == [0.5, 1.0] and failing.failures == 1
     with pytest.raises(ValueError, match="tool_role"):
         OpenAIChatPolicy(server, "m", tool_role="system")

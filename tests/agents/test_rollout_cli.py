@@ -76,3 +76,64 @@ def test_rollout_writes_curated_rows_pairs_and_metrics(shared_data, endpoint, tm
     assert metrics["problems"] == 2 and metrics["accuracy"] == 0.5 and metrics["vcr_unsat"] == 0.5
     assert metrics["any_nontrivial"] == 0.5
     assert dpo.read_text() == ""  # no problem has both a gold and a contrastive trace
+
+
+class FlakyTeacher(Teacher):
+    """Answers 503 to the first two requests of every conversation about "Max is sour" (then behaves), and 500
+    forever to every other conversation: the first recovers through the retries, the second is given up on."""
+
+    seen: dict = {}
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers["Content-Length"])
+        raw = self.rfile.read(length)
+        body = json.loads(raw)
+        first_user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        key = (first_user, len(body["messages"]))
+        FlakyTeacher.seen[key] = FlakyTeacher.seen.get(key, 0) + 1
+        if "Max is sour" not in first_user or FlakyTeacher.seen[key] <= 2:
+            self.send_response(503 if "Max is sour" in first_user else 500)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"no")
+            return
+        self.rfile = __import__("io").BytesIO(raw)
+        self.headers.replace_header("Content-Length", str(length))
+        super().do_POST()
+
+
+def test_infrastructure_failures_are_retried_excluded_and_resumed(shared_data, tmp_path, capsys, monkeypatch):
+    import time
+
+    monkeypatch.setattr(time, "sleep", lambda s: None)  # the backoff, without waiting
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlakyTeacher)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    out = tmp_path / "rows.jsonl"
+    argv = ["smt", "rollout", "--dataset", "prontoqa", "--data-root", str(shared_data), "--limit", "2",
+            "--endpoint", url, "--model", "teacher", "--timeout", "10", "--retries", "3", "--out", str(out)]
+    try:
+        assert main(argv) == 0
+        captured = capsys.readouterr()
+        metrics = json.loads(captured.out)
+        # ProntoQA_1 ("Max is sour") recovered after two 503s; ProntoQA_2 failed 4 times (1 + 3 retries): excluded
+        assert metrics["infrastructure_failures"] == 1 and metrics["labels"] == {"gold": 1, "silver": 0, "rejected": 0}
+        assert json.loads(captured.err.strip().splitlines()[-1])["infrastructure_failure"]["id"] == "ProntoQA_2"
+        assert [json.loads(line)["problem_id"] for line in out.read_text().splitlines()] == ["ProntoQA_1"]
+        # a second run resumes: ProntoQA_1 is finished and skipped, ProntoQA_2 is tried again (and fails again)
+        assert main(argv) == 0
+        again = json.loads(capsys.readouterr().out)
+        assert again["resumed_skipped"] == 1 and again["run"] == 1 and again["infrastructure_failures"] == 1
+        assert len(out.read_text().splitlines()) == 1
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_symbolic_teacher_rollout_is_gold(shared_data, tmp_path, capsys):
+    out = tmp_path / "rows.jsonl"
+    assert main(["smt", "rollout", "--dataset", "proofwriter", "--data-root", str(shared_data), "--limit", "4",
+                 "--model", "symbolic", "--timeout", "10", "--out", str(out)]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["labels"]["gold"] == 4 and metrics["infrastructure_failures"] == 0
+    assert {json.loads(line)["termination"] for line in out.read_text().splitlines()} == {"finish"}
