@@ -10,7 +10,8 @@ and, over the distinct scripts of the mix, the p95 (and p50) of the median of pa
 script), in ms: what the pool costs one call (pipes, pickling, thread hand-offs, process wake-ups).
 `p95_overhead_min_ms` uses min(pool) - min(bare) per script instead, the timeit-style estimate that
 discounts samples slowed down by other processes. `ipc_roundtrip_*` time 200 calls of a no-op task
-(the pool's own cost with no solver work at all). Timings are wall clock, so a host
+(the pool's own cost with no solver work at all). `--soak N` runs the hostile soak of
+`verifier_soak` instead. Timings are wall clock, so a host
 shared with other jobs lowers `speedup` (the second worker has no free core) without any change here.
 """
 
@@ -28,6 +29,9 @@ def register(subparsers) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--copies", type=int, default=4, help="copies of the base mix of 8 scripts")
+    from reasoner.benchmarks.verifier_soak import add_arguments
+
+    add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -83,6 +87,11 @@ def _percentile(values: list[float], q: float) -> float:
 
 def run(args) -> int:
     from reasoner.verifiers.z3_runner import Z3Runner, run_script
+
+    if args.soak:
+        from reasoner.benchmarks.verifier_soak import run_soak
+
+        return run_soak(args)
 
     scripts = script_mix(args.copies)
     distinct = len(scripts) // args.copies
