@@ -87,10 +87,10 @@ def parse_reply(text: str, *, tools_offered: bool) -> Reply:
     calls = parse_tool_calls(text[text.index(TOOL_TAG):])
     if not calls:
         return Reply(content=text)
-    head = text[:text.index(TOOL_TAG)].strip()
+    head = text[:text.index(TOOL_TAG)]  # not stripped: streamed content is this same prefix
     wire = tuple({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                   "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls)
-    return Reply(content=head or None, tool_calls=wire)
+    return Reply(content=head if head.strip() else None, tool_calls=wire)
 
 
 def streamable_prefix(text: str, *, tools_offered: bool) -> int:
