@@ -11,9 +11,26 @@ JSON row per trajectory (and DPO triples with `--dpo-out`) and prints the SMT me
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
+
+
+def positive_number(kind):
+    """An argparse type: a number of `kind` (int or float) > 0, else a one-line error naming the value."""
+    noun = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {noun} > 0, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected {noun} > 0, got {text!r}")
+        return value
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
 
 
 def register(subparsers) -> None:
@@ -23,9 +40,10 @@ def register(subparsers) -> None:
     check = inner.add_parser("check", help="run SMT-LIB 2 scripts and print their verdicts")
     check.add_argument("files", nargs="+", metavar="FILE")
     check.add_argument("--json", action="store_true", help="one JSON object per line")
-    check.add_argument("--timeout", type=float, default=30.0, help="seconds per script (default 30)")
-    check.add_argument("--memory-mb", type=int, default=256, help="memory cap per script (default 256)")
-    check.add_argument("--workers", type=int, default=2)
+    check.add_argument("--timeout", type=positive_number(float), default=30.0, help="seconds per script (default 30)")
+    check.add_argument("--memory-mb", type=positive_number(int), default=256,
+                       help="memory cap per script (default 256)")
+    check.add_argument("--workers", type=positive_number(int), default=2)
     check.add_argument("--expected", metavar="TSV", help="compare against a file<TAB>expected table")
     check.set_defaults(func=run_check)
 
@@ -34,8 +52,8 @@ def register(subparsers) -> None:
     rollout.add_argument("--dataset", required=True, choices=("proofwriter", "folio", "prontoqa", "arlsat",
                                                               "logicaldeduction"))
     rollout.add_argument("--data-root", default=os.path.join("..", "shared", "data"))
-    rollout.add_argument("--limit", type=int, default=10, help="number of problems")
-    rollout.add_argument("--samples", type=int, default=1, help="episodes per problem")
+    rollout.add_argument("--limit", type=positive_number(int), default=10, help="number of problems")
+    rollout.add_argument("--samples", type=positive_number(int), default=1, help="episodes per problem")
     rollout.add_argument("--endpoint", help="base URL, e.g. http://127.0.0.1:8000/v1 (omit with --model symbolic)")
     rollout.add_argument("--model", required=True, help="the served model's name; 'symbolic' for the symbolic "
                                                         "teacher (ProofWriter, ProntoQA, FOLIO)")
@@ -43,8 +61,9 @@ def register(subparsers) -> None:
     rollout.add_argument("--api-key-env", default="OPENAI_API_KEY", help="variable holding the API key")
     rollout.add_argument("--temperature", type=float, default=0.9)
     rollout.add_argument("--t-max", type=int, default=10)
-    rollout.add_argument("--timeout", type=float, default=30.0, help="cap of one z3_solve call, seconds")
-    rollout.add_argument("--workers", type=int, default=2)
+    rollout.add_argument("--timeout", type=positive_number(float), default=30.0,
+                         help="cap of one z3_solve call, seconds")
+    rollout.add_argument("--workers", type=positive_number(int), default=2)
     rollout.add_argument("--out", required=True, help="JSONL file for the trajectories")
     rollout.add_argument("--dpo-out", help="JSONL file for the DPO triples")
     rollout.set_defaults(func=run_rollout)

@@ -27,7 +27,7 @@ OUTPUT_KINDS = ("string", "int_list")
 
 
 def extract_code(answer: str) -> str:
-    """The program in an answer: the first fenced block if there is one, else the whole answer.
+    r"""The program in an answer: the first fenced block if there is one, else the whole answer.
 
     The block is the one the regex ```` ```[ \t]*[\w+.-]*[ \t]*\n(.*?)``` ```` finds, located
     with `str.find` in one left-to-right pass (linear in the answer, whatever its fences)."""

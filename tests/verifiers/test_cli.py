@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from reasoner.cli import main
 
 
@@ -30,3 +32,24 @@ def test_bench_verifier_reports_the_fields(capsys):
     report = json.loads(capsys.readouterr().out)
     assert {"scripts", "serial_per_s", "pool_per_s", "speedup", "p95_overhead_ms", "ipc_roundtrip_p95_ms"} <= set(report)
     assert report["scripts"] == 8 and report["pool_stats"]["ok"] == report["pool_stats"]["calls"]
+
+
+@pytest.mark.parametrize("flag,value,message", [("--timeout", "-5", "expected a number > 0, got '-5'"),
+                                                ("--memory-mb", "0", "expected an integer > 0, got '0'"),
+                                                ("--workers", "0", "expected an integer > 0, got '0'"),
+                                                ("--timeout", "soon", "expected a number > 0, got 'soon'")])
+def test_smt_check_rejects_bad_limits_in_one_line(flag, value, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["smt", "check", str(tmp_path / "x.smt2"), flag, value])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and f"argument {flag}: {message}" in err and "Traceback" not in err
+
+
+def test_bench_parsers_reports_every_size(capsys):
+    assert main(["bench", "parsers", "--json", "--repeats", "1", "--only", "extract_span,integers"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["sizes"] == [10_000, 100_000, 1_000_000]
+    assert {(r["parser"], r["input"]) for r in report["rows"]} == {
+        ("extract_span", "normal"), ("extract_span", "unclosed_answer"), ("integers", "normal"),
+        ("integers", "huge_integer")}
+    assert all(r["s_per_mb_10kb"] >= 0 and r["s_per_mb_1000kb"] >= 0 for r in report["rows"])

@@ -72,7 +72,7 @@ FORK_EXEC = ("import _posixsubprocess, os\ndef transform(x):\n    r, w = os.pipe
 # name: (code, limits, expected limit with the audit hook, expected limit without it or None: not run)
 PAYLOADS = {
     "infinite_loop": ("def transform(x):\n    while True:\n        pass\n", LIMITS, "timeout", None),
-    "cpu_limit": ("def transform(x):\n    while True:\n        pass\n", SandboxLimits(timeout_s=6.0, cpu_s=1),
+    "cpu_limit": ("def transform(x):\n    while True:\n        pass\n", SandboxLimits(timeout_s=20.0, cpu_s=1),
                   "cpu", None),
     "memory_bomb": ("def transform(x):\n    hoard = []\n    while True:\n        hoard.append(bytearray(10 ** 7))\n",
                     LIMITS, "memory", "memory"),
