@@ -16,7 +16,7 @@ cores and only add collectives).
 
 import ml_collections
 
-from configs import grpo_astar, sft_astar
+from configs import common, grpo_astar, sft_astar
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -33,24 +33,15 @@ def base_config() -> ml_collections.ConfigDict:
         records="", tfds_name="", tfds_dir=""))  # records / tfds_name: read records instead of generating DeepRD
     c.sft = ml_collections.ConfigDict(dict(
         enabled=True, data=sft.data, optim=sft.optim, train=sft.train, lora=sft.lora))
-    c.sft.data.seq_len = 512
-    c.sft.optim.lr = 1e-4
-    c.sft.optim.warmup_ratio = 0.1
-    c.sft.train.batch_size = 2
-    c.sft.train.num_epochs = 1
-    c.sft.train.checkpoint_every = 1000
+    common.update(c.sft, {"data.seq_len": 512, "optim.lr": 1e-4, "optim.warmup_ratio": 0.1, "train.batch_size": 2,
+                          "train.num_epochs": 1, "train.checkpoint_every": 1000})
     grpo = grpo_astar.base_config()
     c.grpo = ml_collections.ConfigDict(dict(
         enabled=True, grpo=grpo.grpo, rewards=grpo.rewards, optim=grpo.optim, train=grpo.train, lora=grpo.lora,
         data=grpo.data))
-    c.grpo.grpo.num_generations = 4
-    c.grpo.grpo.prompts_per_step = 2
-    c.grpo.grpo.max_new_tokens = 176
-    c.grpo.grpo.temperature = 1.0
-    c.grpo.optim.lr = 2e-6
-    c.grpo.train.num_steps = 4
-    c.grpo.train.eval_every = 0
-    c.grpo.train.checkpoint_every = 1000
+    common.update(c.grpo, {"grpo.num_generations": 4, "grpo.prompts_per_step": 2, "grpo.max_new_tokens": 176,
+                           "grpo.temperature": 1.0, "optim.lr": 2e-6, "train.num_steps": 4, "train.eval_every": 0,
+                           "train.checkpoint_every": 1000})
     c.eval = ml_collections.ConfigDict(dict(
         num_samples=1, temperature=0.0, top_p=1.0, max_new_tokens=176, batch_size=32, seed=0, ks=(1,)))
     return c
@@ -62,18 +53,9 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
         return c
     if variant == "tiny":
         # Batches are multiples of 8 so the variant also runs on 8 simulated devices (tests), not only on one.
-        c.model.name = ""
-        c.model.tokenizer = "smollm2-135m-instruct"
-        c.data.update(dict(train=8, validation=4, test=4))
-        c.sft.data.seq_len = 384
-        c.sft.optim.lr = 3e-3
-        c.sft.train.batch_size = 8
-        c.grpo.grpo.max_new_tokens = 16
-        c.grpo.grpo.num_generations = 2
-        c.grpo.grpo.prompts_per_step = 4
-        c.grpo.train.num_steps = 1
-        c.grpo.optim.lr = 1e-3
-        c.eval.max_new_tokens = 16
-        c.eval.batch_size = 4
-        return c
+        return common.tiny(c, {"data.train": 8, "data.validation": 4, "data.test": 4, "sft.data.seq_len": 384,
+                               "sft.optim.lr": 3e-3, "sft.train.batch_size": 8, "grpo.grpo.max_new_tokens": 16,
+                               "grpo.grpo.num_generations": 2, "grpo.grpo.prompts_per_step": 4,
+                               "grpo.train.num_steps": 1, "grpo.optim.lr": 1e-3, "eval.max_new_tokens": 16,
+                               "eval.batch_size": 4})
     raise ValueError(f"unknown variant {variant!r}; expected one of None, cpu, tiny")

@@ -44,6 +44,16 @@ def optim(**changes) -> ml_collections.ConfigDict:
                          schedule="cosine", warmup_ratio=0.0, min_lr_ratio=0.0), changes, "optim")
 
 
+def grpo(**changes) -> ml_collections.ConfigDict:
+    """`config.grpo` (`trainers.grpo`; TRL 1.16 GRPOConfig defaults where TRL has the setting). tool "scratchpad"
+    (with max_turns > 1): multi-turn SMT scratchpad rollouts (`reasoner.agents.scratchpad.ScratchpadTool`)."""
+    return _section(dict(num_generations=8, prompts_per_step=1, max_new_tokens=2048, max_completion_tokens=0,
+                         temperature=1.0, top_p=1.0, top_k=0, stop=(), loss_type="dapo", beta=0.0, epsilon_low=0.2,
+                         epsilon_high=0.2, delta=0.0, use_bias_correction_kl=True, scale_rewards="group",
+                         num_iterations=1, mask_truncated=False, grad_accum=1, max_turns=1, tool="",
+                         tool_reserve=256), changes, "grpo")
+
+
 def train(**changes) -> ml_collections.ConfigDict:
     """`config.train` (`trainers.loop.run_loop`; batch_size / grad_accum / num_epochs for SFT and DPO, num_steps /
     eval_every for GRPO)."""
@@ -61,3 +71,27 @@ def run_config(trainer: str, *, seed: int = 0) -> ml_collections.ConfigDict:
     c.lora = lora(seed=seed)
     c.export_dir = ""  # "" = no export; else a Hugging Face checkpoint of the trained model
     return c
+
+
+def update(c: ml_collections.ConfigDict, changes: dict) -> ml_collections.ConfigDict:
+    """`c` with `changes` ({"section.field": value}) applied in place; an unknown key is an error naming it."""
+    for dotted, value in changes.items():
+        *path, field = dotted.split(".")
+        node = c
+        for key in path:
+            node = node[key]
+        if field not in node:
+            raise KeyError(f"configs.common.update: {dotted!r} is not a config field")
+        node[field] = value
+    return c
+
+
+def tiny(c: ml_collections.ConfigDict, changes: dict | None = None) -> ml_collections.ConfigDict:
+    """The `tiny` variant: the random-init 2-layer model with SmolLM2's tokenizer (tests, smoke runs), plus
+    `changes` ({"section.field": value})."""
+    return update(c, {"model.name": "", "model.tokenizer": "smollm2-135m-instruct", **(changes or {})})
+
+
+def large_model(c: ml_collections.ConfigDict, changes: dict | None = None) -> ml_collections.ConfigDict:
+    """Paper-scale compute: bfloat16 activations over float32 master weights, rematerialised layers; + `changes`."""
+    return update(c, {"model.dtype": "bfloat16", "model.remat": True, **(changes or {})})

@@ -28,19 +28,8 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
     if variant in (None, "smollm2"):
         return c
     if variant == "paper":
-        c.data.seq_len = 8192
-        c.train.batch_size = 8
-        c.train.grad_accum = 4
-        c.model.dtype = "bfloat16"
-        c.model.remat = True
-        return c
+        return common.large_model(c, {"data.seq_len": 8192, "train.batch_size": 8, "train.grad_accum": 4})
     if variant == "tiny":
-        c.model.name = ""
-        c.model.tokenizer = "smollm2-135m-instruct"
-        c.data.seq_len = 256
-        c.optim.lr = 3e-3
-        c.train.batch_size = 8
-        c.train.grad_accum = 1
-        c.train.checkpoint_every = 2
-        return c
+        return common.tiny(c, {"data.seq_len": 256, "optim.lr": 3e-3, "train.batch_size": 8, "train.grad_accum": 1,
+                               "train.checkpoint_every": 2})
     raise ValueError(f"unknown variant {variant!r}; expected one of None, smollm2, paper, tiny")

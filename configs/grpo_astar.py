@@ -33,13 +33,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/deeprd_records", name="", tfds_dir="", task="astar", dataset="deeprd",
         eval_split="validation", limit=0))
-    c.grpo = ml_collections.ConfigDict(dict(
-        num_generations=16, prompts_per_step=1, max_new_tokens=2048, max_completion_tokens=0,
-        temperature=1.0, top_p=1.0, top_k=0, stop=(),
-        loss_type="dapo", beta=0.04, epsilon_low=0.2, epsilon_high=0.2, delta=0.0, use_bias_correction_kl=True,
-        scale_rewards="group", num_iterations=1, mask_truncated=False, grad_accum=1,
-        # tool "scratchpad" (with max_turns > 1): multi-turn SMT scratchpad rollouts, reasoner.agents.scratchpad.ScratchpadTool
-        max_turns=1, tool="", tool_reserve=256))
+    c.grpo = common.grpo(num_generations=16, beta=0.04)
     c.rewards = astar_reward("astar_dependency", "deeprd")
     c.optim = common.optim(name="adam", lr=1e-6, schedule="constant")
     c.train = common.train(num_steps=200, checkpoint_every=20, eval_every=50)
@@ -49,17 +43,10 @@ def base_config() -> ml_collections.ConfigDict:
 def get_config(variant=None) -> ml_collections.ConfigDict:
     c = base_config()
     if variant in (None, "smollm2"):
-        c.grpo.num_generations = 4
-        c.grpo.prompts_per_step = 2
-        c.grpo.max_new_tokens = 256
-        c.train.num_steps = 20
-        c.train.eval_every = 10
-        return c
+        return common.update(c, {"grpo.num_generations": 4, "grpo.prompts_per_step": 2, "grpo.max_new_tokens": 256,
+                                 "train.num_steps": 20, "train.eval_every": 10})
     if variant in ("llama1b", "llama3b"):
-        c.model.name = f"checkpoints/Llama-3.2-{variant[-2:].upper()}-Instruct-sft"
-        c.model.dtype = "bfloat16"
-        c.model.remat = True
-        return c
+        return common.large_model(c, {"model.name": f"checkpoints/Llama-3.2-{variant[-2:].upper()}-Instruct-sft"})
     if variant == "proofwriter":
         c.data.dataset = "proofwriter"
         c.data.path = "data/proofwriter_records"
@@ -70,15 +57,8 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
         c.rewards = astar_reward(variant, "deeprd")
         return c
     if variant == "tiny":
-        c.model.name = ""
-        c.model.tokenizer = "smollm2-135m-instruct"
-        c.grpo.num_generations = 4
-        c.grpo.prompts_per_step = 2
-        c.grpo.max_new_tokens = 16
-        c.optim.lr = 1e-3
-        c.train.num_steps = 2
-        c.train.checkpoint_every = 1
-        c.train.eval_every = 0
-        return c
+        return common.tiny(c, {"grpo.num_generations": 4, "grpo.prompts_per_step": 2, "grpo.max_new_tokens": 16,
+                               "optim.lr": 1e-3, "train.num_steps": 2, "train.checkpoint_every": 1,
+                               "train.eval_every": 0})
     raise ValueError(f"unknown variant {variant!r}; expected one of None, smollm2, llama1b, llama3b, proofwriter, "
                      f"{', '.join(REWARDS)}, tiny")

@@ -23,40 +23,18 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/cedar", name="", tfds_dir="", task="chat", dataset="", eval_split="validation",
         limit=0))
-    c.grpo = ml_collections.ConfigDict(dict(
-        num_generations=4, prompts_per_step=4, max_new_tokens=2048, max_completion_tokens=0,
-        temperature=0.7, top_p=1.0, top_k=0, stop=(),
-        loss_type="dapo", beta=0.01, epsilon_low=0.2, epsilon_high=0.2, delta=0.0, use_bias_correction_kl=True,
-        scale_rewards="group", num_iterations=1, mask_truncated=False, grad_accum=1,
-        # tool "scratchpad" (with max_turns > 1): multi-turn SMT scratchpad rollouts, reasoner.agents.scratchpad.ScratchpadTool
-        max_turns=1, tool="", tool_reserve=256))
+    c.grpo = common.grpo(num_generations=4, prompts_per_step=4, temperature=0.7, beta=0.01)
     c.rewards = [{"name": "exact_match", "as": "correctness", "weight": 1.0, "timeout_s": 30.0,
                   "options": {"answer_key": "answer", "normalize": "lower_ws"}}]
     c.optim = common.optim(name="adamw", lr=1e-5, b2=0.99, weight_decay=0.1, max_grad_norm=0.1, schedule="cosine")
     c.train = common.train(num_steps=2400, checkpoint_every=128, eval_every=128)
     if variant in (None, "smollm2"):
-        c.lora.rank = 16
-        c.lora.alpha = 16.0
-        c.grpo.max_new_tokens = 256
-        c.train.num_steps = 20
-        c.train.eval_every = 10
-        c.train.checkpoint_every = 10
-        return c
+        return common.update(c, {"lora.rank": 16, "lora.alpha": 16.0, "grpo.max_new_tokens": 256,
+                                 "train.num_steps": 20, "train.eval_every": 10, "train.checkpoint_every": 10})
     if variant == "paper":
-        c.model.dtype = "bfloat16"
-        c.model.remat = True
-        return c
+        return common.large_model(c)
     if variant == "tiny":
-        c.model.name = ""
-        c.model.tokenizer = "smollm2-135m-instruct"
-        c.lora.rank = 4
-        c.lora.alpha = 4.0
-        c.grpo.prompts_per_step = 2
-        c.grpo.max_new_tokens = 16
-        c.optim.lr = 1e-3
-        c.optim.max_grad_norm = 1.0
-        c.train.num_steps = 2
-        c.train.checkpoint_every = 1
-        c.train.eval_every = 0
-        return c
+        return common.tiny(c, {"lora.rank": 4, "lora.alpha": 4.0, "grpo.prompts_per_step": 2,
+                               "grpo.max_new_tokens": 16, "optim.lr": 1e-3, "optim.max_grad_norm": 1.0,
+                               "train.num_steps": 2, "train.checkpoint_every": 1, "train.eval_every": 0})
     raise ValueError(f"unknown variant {variant!r}; expected one of None, smollm2, paper, tiny")

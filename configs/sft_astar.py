@@ -29,23 +29,12 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
     if variant in (None, "smollm2"):
         return c
     if variant in ("llama1b", "llama3b"):
-        c.model.name = f"checkpoints/Llama-3.2-{variant[-2:].upper()}-Instruct"
-        c.model.dtype = "bfloat16"
-        c.model.remat = True
-        c.train.batch_size = 4 if variant == "llama1b" else 2
-        c.mesh = "fsdp=-1"
-        return c
+        return common.large_model(c, {"model.name": f"checkpoints/Llama-3.2-{variant[-2:].upper()}-Instruct",
+                                      "train.batch_size": 4 if variant == "llama1b" else 2, "mesh": "fsdp=-1"})
     if variant == "deeprd":
         c.data.seq_len = 2048
         return c
     if variant == "tiny":
-        c.model.name = ""
-        c.model.tokenizer = "smollm2-135m-instruct"
-        c.data.seq_len = 256
-        c.optim.lr = 3e-3
-        c.optim.warmup_ratio = 0.1
-        c.train.batch_size = 8
-        c.train.num_epochs = 2
-        c.train.checkpoint_every = 2
-        return c
+        return common.tiny(c, {"data.seq_len": 256, "optim.lr": 3e-3, "optim.warmup_ratio": 0.1,
+                               "train.batch_size": 8, "train.num_epochs": 2, "train.checkpoint_every": 2})
     raise ValueError(f"unknown variant {variant!r}; expected one of None, smollm2, llama1b, llama3b, deeprd, tiny")

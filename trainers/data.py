@@ -39,6 +39,16 @@ def load_splits(data_cfg, *, kind: str, workdir) -> dict:
     raise ValueError(f"data.source={data_cfg.source!r}; expected 'jsonl' or 'tfds'")
 
 
+def batch_iterator(config, rows: dict):
+    """The checkpointable `BatchIterator` over tokenized `rows`: `train.batch_size` x `train.grad_accum` rows a step
+    for `train.num_epochs` epochs, shuffled from `config.seed`."""
+    from reasoner.data.pipeline import BatchIterator
+
+    t = config.train
+    return BatchIterator(rows, batch_size=t.batch_size, grad_accum=t.grad_accum, seed=config.seed,
+                         num_epochs=t.num_epochs)
+
+
 def load_examples(data_cfg, *, split: str) -> list[dict]:
     """Examples of `split` from `data.source` "jsonl" (`data.path`/<split>.jsonl) or "tfds" (`data.name`)."""
     if data_cfg.source == "jsonl":

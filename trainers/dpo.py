@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import pathlib
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,11 +24,12 @@ import numpy as np
 from flax import nnx
 
 from reasoner.checkpoint import fingerprint
-from reasoner.data.pipeline import BatchIterator, batch_sharding, eval_batches, prepare_dpo, to_global_batch
+from reasoner.data.pipeline import batch_sharding, eval_batches, prepare_dpo, to_global_batch
 from reasoner.models.scoring import sequence_logps
 from trainers.losses import dpo_per_pair_loss, dpo_reward_sums
 from trainers.loop import LoopResult, run_loop, train_flops_per_token
-from trainers.run import Frozen, Run, merged_for_export, setup, with_reference
+from trainers.data import batch_iterator
+from trainers.run import Frozen, Run, RowsRun, load_tokenizer_for, merged_for_export, setup_rows, with_reference
 from trainers.step import jit_train_step, make_train_step
 
 SIDES = ("chosen", "rejected")
@@ -171,31 +171,13 @@ def with_reference_logps(run: Run, rows: dict, *, workdir, stats, batch_size: in
     return {**rows, **_cached_reference(pathlib.Path(workdir) / "ref_logps.npz", key, compute)}
 
 
-@dataclasses.dataclass(frozen=True)
-class DPOSetup:
-    """A run (with its reference) and its data: pair rows, validation rows or None, iterator, stats, jitted step.
-    With `dpo.precompute_ref` the rows carry the reference log-probs and `run.frozen.reference` is None."""
-
-    run: Run
-    rows: dict
-    val_rows: dict | None
-    stats: Any
-    iterator: BatchIterator
-    step: Any
-    precomputed: bool
-
-
-def build_dpo(config, *, workdir, tokenizer=None, splits=None, devices=None) -> DPOSetup:
-    """Data, run, reference and step of `config` (`devices`: a subset for tests; default all)."""
-    from reasoner.sharding import make_mesh
-    from trainers.run import load_tokenizer_for
-
+def build_dpo(config, *, workdir, tokenizer=None, splits=None, devices=None) -> RowsRun:
+    """Data, run, reference and step of `config` (`devices`: a subset for tests; default all). With
+    `dpo.precompute_ref` the rows carry the reference log-probs and `run.frozen.reference` is None."""
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer_for(config.model)
     rows, val_rows, stats = load_rows(config, tokenizer=tokenizer, workdir=workdir, splits=splits)
-    iterator = BatchIterator(rows, batch_size=config.train.batch_size, grad_accum=config.train.grad_accum,
-                             seed=config.seed, num_epochs=config.train.num_epochs)
-    run = dpo_reference(setup(config, total_steps=iterator.total_steps, tokenizer=tokenizer,
-                              mesh=make_mesh(config.mesh, devices=devices)))
+    iterator, run = setup_rows(config, rows, tokenizer=tokenizer, devices=devices)
+    run = dpo_reference(run)
     precomputed = bool(config.dpo.precompute_ref)
     batch_size = int(config.train.batch_size)
     if val_rows is not None:  # evaluation always reads the reference's log-probs from the rows
@@ -205,19 +187,17 @@ def build_dpo(config, *, workdir, tokenizer=None, splits=None, devices=None) -> 
         rows = with_reference_logps(run, rows, workdir=workdir, stats=stats, batch_size=batch_size)
         run = run.replace(frozen=Frozen(base=run.frozen.base),
                           shardings=dataclasses.replace(run.shardings, frozen=Frozen(base=run.shardings.frozen.base)))
-        iterator = BatchIterator(rows, batch_size=config.train.batch_size, grad_accum=config.train.grad_accum,
-                                 seed=config.seed, num_epochs=config.train.num_epochs)
+        iterator = batch_iterator(config, rows)
     batch_sh = {k: batch_sharding(run.mesh, ndim=v.ndim + 1) for k, v in rows.items()}
     step = jit_train_step(
         make_train_step(loss_fn=dpo_loss_fn(run.graphdef, config.dpo, precomputed=precomputed),
                         optimizer=run.optimizer, schedule=run.schedule, denominator=pair_denominator),
         state_sharding=run.shardings.state, frozen_sharding=run.shardings.frozen, batch_sharding=batch_sh,
         metrics_sharding=run.shardings.replicated)
-    return DPOSetup(run=run, rows=rows, val_rows=val_rows, stats=stats, iterator=iterator, step=step,
-                    precomputed=precomputed)
+    return RowsRun(run=run, rows=rows, val_rows=val_rows, stats=stats, iterator=iterator, step=step)
 
 
-def make_eval_fn(s: DPOSetup, dpo_cfg, *, batch_size: int):
+def make_eval_fn(s: RowsRun, dpo_cfg, *, batch_size: int):
     """state -> validation {"val_loss", "val_rewards/accuracies", "val_rewards/margins", ...} (means over pairs)."""
     run, val_rows = s.run, s.val_rows
     n = len(val_rows["chosen_tokens"])
@@ -247,7 +227,7 @@ def make_eval_fn(s: DPOSetup, dpo_cfg, *, batch_size: int):
     return eval_fn
 
 
-def make_update(s: DPOSetup):
+def make_update(s: RowsRun):
     """`update(state, host_batch) -> (state, host metrics as TRL's per-pair means)` for `run_loop`."""
 
     def update(state, host_batch):
@@ -275,7 +255,7 @@ def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None
         eval_fn=eval_fn, eval_every=s.iterator.steps_per_epoch,
         # policy forward+backward (3 passes) plus the reference forward when it is not precomputed
         flops_per_token=train_flops_per_token(s.run.model_cfg, seq_len=config.data.seq_len,
-                                              passes=3.0 if s.precomputed else 4.0),
+                                              passes=3.0 if config.dpo.precompute_ref else 4.0),
         progress=progress)
     if config.get("export_dir") and not result.preempted:
         from reasoner.models.export import export_hf

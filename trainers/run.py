@@ -206,6 +206,30 @@ def setup(config, *, total_steps: int, model=None, devices=None, mesh: Mesh | No
                lora=lora)
 
 
+@dataclasses.dataclass(frozen=True)
+class RowsRun:
+    """A run over a tokenized dataset (SFT, DPO): train rows (dict of [N, ...] arrays), validation rows or None,
+    the preparation stats, the `BatchIterator` over the train rows and the jitted step."""
+
+    run: Run
+    rows: dict
+    val_rows: dict | None
+    stats: Any
+    iterator: Any
+    step: Any
+
+
+def setup_rows(config, rows: dict, *, tokenizer, devices=None) -> tuple[Any, Run]:
+    """(batch iterator over `rows`, the run set up for as many optimizer steps as the iterator yields)."""
+    from reasoner.sharding import make_mesh
+    from trainers.data import batch_iterator
+
+    iterator = batch_iterator(config, rows)
+    run = setup(config, total_steps=iterator.total_steps, tokenizer=tokenizer,
+                mesh=make_mesh(config.mesh, devices=devices))
+    return iterator, run
+
+
 def reference_params(run: Run):
     """The one rule for a frozen reference: the adapter-free base under LoRA (zero adapters), else a copy of the
     starting weights (a separate buffer: the policy's is donated each step)."""

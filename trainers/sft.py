@@ -11,9 +11,7 @@ Reads top to bottom: loss, data, step, eval, train (setup -> run_loop), export.
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +23,7 @@ from reasoner.data.pipeline import BatchIterator, batch_sharding, eval_batches, 
 from reasoner.models.scoring import sequence_logps
 from trainers.losses import sft_loss_sum, target_mask
 from trainers.loop import LoopResult, run_loop, train_flops_per_token
-from trainers.run import Frozen, Run, merged_for_export, setup
+from trainers.run import Frozen, Run, RowsRun, load_tokenizer_for, merged_for_export, setup_rows
 from trainers.step import jit_train_step, make_train_step
 
 
@@ -109,32 +107,12 @@ def make_eval_fn(run: Run, val_rows: dict, *, batch_size: int):
 
 
 # ============================================================================================== train
-@dataclasses.dataclass(frozen=True)
-class SFTSetup:
-    """A run with its data: packed train rows (dict of [N, T] arrays), validation rows or None, their batch
-    iterator, packing stats and the jitted step."""
-
-    run: Run
-    rows: dict
-    val_rows: dict | None
-    stats: Any
-    iterator: BatchIterator
-    step: Any
-
-
-def build_sft(config, *, workdir, tokenizer=None, splits=None, devices=None) -> SFTSetup:
+def build_sft(config, *, workdir, tokenizer=None, splits=None, devices=None) -> RowsRun:
     """Data, run and step of `config` (`devices`: a subset for tests; default all)."""
-    from reasoner.sharding import make_mesh
-    from trainers.run import load_tokenizer_for
-
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer_for(config.model)
     rows, val_rows, stats = load_rows(config, tokenizer=tokenizer, workdir=workdir, splits=splits)
-    iterator = BatchIterator(rows, batch_size=config.train.batch_size, grad_accum=config.train.grad_accum,
-                             seed=config.seed, num_epochs=config.train.num_epochs)
-    run = setup(config, total_steps=iterator.total_steps, tokenizer=tokenizer,
-                mesh=make_mesh(config.mesh, devices=devices))
-    return SFTSetup(run=run, rows=rows, val_rows=val_rows, stats=stats, iterator=iterator,
-                    step=make_step(run, rows))
+    iterator, run = setup_rows(config, rows, tokenizer=tokenizer, devices=devices)
+    return RowsRun(run=run, rows=rows, val_rows=val_rows, stats=stats, iterator=iterator, step=make_step(run, rows))
 
 
 def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None, devices=None) -> LoopResult:

@@ -7,23 +7,9 @@ import threading
 import pytest
 
 from reasoner.cli import main
+from tests.agents.test_rollouts import MAX_CONTEXT
 
-REFUTATION = """(declare-sort Thing 0)
-(declare-const max Thing)
-(declare-fun yumpus (Thing) Bool)
-(declare-fun dumpus (Thing) Bool)
-(declare-fun wumpus (Thing) Bool)
-(declare-fun impus (Thing) Bool)
-(declare-fun tumpus (Thing) Bool)
-(declare-fun sour (Thing) Bool)
-(assert (forall ((x Thing)) (=> (yumpus x) (dumpus x))))
-(assert (forall ((x Thing)) (=> (dumpus x) (wumpus x))))
-(assert (forall ((x Thing)) (=> (wumpus x) (impus x))))
-(assert (forall ((x Thing)) (=> (impus x) (tumpus x))))
-(assert (forall ((x Thing)) (=> (tumpus x) (not (sour x)))))
-(assert (yumpus max))
-(assert (sour max))
-(check-sat)"""
+REFUTATION = MAX_CONTEXT + "\n(assert (sour max))\n(check-sat)"
 
 
 class Teacher(http.server.BaseHTTPRequestHandler):
