@@ -146,30 +146,42 @@ class PromptCompletion:
     prompt_len: int
 
 
-def encode_prompt_completion(tokenizer, *, prompt: Sequence[Message], completion: str) -> PromptCompletion:
+def encode_prompt_completion(tokenizer, *, prompt: Sequence[Message], completion: str | Sequence[Message],
+                             tools: Sequence[dict] | None = None) -> PromptCompletion:
     """Tokenizes a chat prompt and the assistant's completion, with a completion mask.
 
-    The completion is rendered through the chat template as the assistant's turn, so
-    it ends with the template's end-of-turn marker (the model learns to stop). The
-    rendered conversation must start with the rendered prompt; templates that rewrite
-    earlier turns (e.g. strip reasoning) are rejected with an error naming the mismatch.
+    `completion` is the assistant's text (one turn) or a list of messages after the prompt: assistant turns
+    (trained on) and tool / user turns between them (masked out, as GRPO masks tool responses). Each turn is
+    rendered through the chat template (with `tools` where given, as the scratchpad renders it at inference),
+    so an assistant turn ends with the template's end-of-turn marker (the model learns to stop) and a tool turn
+    carries the next generation prompt, which is not trained either. The pieces are tokenized separately at the
+    turn boundaries, the way the sampler's cache is continued between turns (`reasoner.agents.multiturn`).
+    Every rendering must extend the previous one; templates that rewrite earlier turns (e.g. strip reasoning)
+    are rejected with an error naming the mismatch.
     """
-    prompt_text = render_chat(tokenizer, prompt, add_generation_prompt=True)
-    full_text = render_chat(
-        tokenizer, [*prompt, {"role": "assistant", "content": completion}], add_generation_prompt=False
-    )
-    if not full_text.startswith(prompt_text):
-        raise ValueError(
-            "chat template renders the prompt differently once the assistant turn is added; "
-            f"expected the conversation to start with {prompt_text[-80:]!r}"
-        )
-    completion_text = full_text[len(prompt_text):]
-    prompt_ids = encode(tokenizer, prompt_text)
-    completion_ids = encode(tokenizer, completion_text)
-    if not completion_ids:
-        raise ValueError(f"completion {completion!r}: renders to no tokens")
-    return PromptCompletion(
-        ids=tuple(prompt_ids + completion_ids),
-        completion_mask=(0,) * len(prompt_ids) + (1,) * len(completion_ids),
-        prompt_len=len(prompt_ids),
-    )
+    kwargs = {"tools": list(tools)} if tools else {}
+    turns = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else list(completion)
+    if not turns:
+        raise ValueError("completion: expected the assistant's text or a non-empty list of messages")
+    if not any(m.get("role") == "assistant" for m in turns):
+        raise ValueError("completion: the messages hold no assistant turn, so nothing would be trained")
+    prompt_text = render_chat(tokenizer, prompt, add_generation_prompt=True, **kwargs)
+    ids, mask = encode(tokenizer, prompt_text), None
+    mask = [0] * len(ids)
+    prompt_len, done = len(ids), prompt_text
+    for j, message in enumerate(turns):
+        assistant = message.get("role") == "assistant"
+        next_is_assistant = j + 1 < len(turns) and turns[j + 1].get("role") == "assistant"
+        text = render_chat(tokenizer, [*prompt, *turns[:j + 1]], add_generation_prompt=not assistant and
+                           next_is_assistant, **kwargs)
+        if not text.startswith(done):
+            raise ValueError(
+                "chat template renders the earlier turns differently once turn "
+                f"{j} ({message.get('role')}) is added; expected the conversation to start with {done[-80:]!r}")
+        piece = encode(tokenizer, text[len(done):])
+        if assistant and not piece:
+            raise ValueError(f"completion turn {j} {message.get('content')!r}: renders to no tokens")
+        ids += piece
+        mask += [1 if assistant else 0] * len(piece)
+        done = text
+    return PromptCompletion(ids=tuple(ids), completion_mask=tuple(mask), prompt_len=prompt_len)

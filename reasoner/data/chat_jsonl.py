@@ -1,18 +1,24 @@
-"""TFDS builder for chat SFT and DPO examples stored as JSON lines.
+"""TFDS builder for chat SFT and DPO examples stored as JSON lines (ours and TRL's conversational formats).
 
-Each line of `<split>.jsonl` (splits: train, validation, test; those present are built) is
+Each line of `<split>.jsonl` (splits: train, validation, test; those present are built) is one of
 
-  SFT: {"prompt": [{"role", "content"}, ...], "completion": "assistant text"}
-  DPO: {"prompt": [...], "chosen": "preferred text", "rejected": "dispreferred text"}
+  SFT: {"prompt": [{"role", "content"}, ...], "completion": "assistant text" | [messages after the prompt]}
+       {"messages": [...]}   (TRL's conversational format: the prompt is everything before the first assistant
+                              turn, the completion everything from it on)
+  DPO: {"prompt": [...], "chosen": text | [messages], "rejected": text | [messages]}
+       {"chosen": [...], "rejected": [...]}   (TRL's implicit prompt: the messages both share form the prompt)
 
-`prompt` may also be a plain string (one user message). Builder configs `sft` and `dpo` pick the
-schema; the messages are stored as a JSON string feature so any chat shape survives the round
-trip. Files are read from the `manual_dir` given in `download_config` (no downloads). Built with
-`file_format="array_record"` and read with `tfds.data_source` (no TensorFlow needed).
+`prompt` may also be a plain string (one user message). A completion given as messages may hold several
+assistant turns with tool (or user) turns between them: only the assistant tokens are trained
+(`reasoner.tokenization.encode_prompt_completion`), as Sequent-Prover's SFT and DPO on scratchpad trajectories
+need. An optional `"tools"` list (OpenAI tool schemas, TRL's `tools` column) is passed to the chat template.
+Builder configs `sft` and `dpo` pick the schema; every field is stored as a JSON string feature so any chat shape
+survives the round trip. Files are read from the `manual_dir` given in `download_config` (no downloads). Built
+with `file_format="array_record"` and read with `tfds.data_source` (no TensorFlow needed).
 
 `build_chat_dataset(jsonl_dir, kind=..., data_dir=...)` builds (once; rebuilt when a file changes)
-and returns {split: data source} of plain dicts: {"prompt": [messages], "completion": str} or
-{"prompt", "chosen", "rejected"}.
+and returns {split: data source} of plain dicts: {"prompt": [messages], "completion": str | [messages],
+"tools": [...] | None} or {"prompt", "chosen", "rejected", "tools"}.
 """
 
 from __future__ import annotations
@@ -28,33 +34,63 @@ SPLITS = ("train", "validation", "test")
 FIELDS = {"sft": ("completion",), "dpo": ("chosen", "rejected")}
 
 
+def _messages(value, *, where: str, field: str) -> list[dict]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}] if field == "prompt" else value
+    if not (isinstance(value, list) and value and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in value)):
+        raise ValueError(f"{where}: {field} must be a string or a non-empty list of {{role, content}} messages")
+    return [dict(m) for m in value]
+
+
+def _split_at_first_assistant(messages: list[dict], *, where: str, field: str) -> tuple[list[dict], list[dict]]:
+    cut = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
+    if not cut:
+        raise ValueError(f"{where}: {field} needs prompt messages followed by an assistant turn")
+    return messages[:cut], messages[cut:]
+
+
 def parse_line(line: str, *, kind: str, where: str) -> dict[str, Any]:
-    """One JSONL line -> {"prompt": json string of messages, <text fields>}; clear errors name `where`."""
+    """One JSONL line -> {"prompt": JSON, <fields>: JSON, "tools": JSON}; clear errors name `where`."""
     from reasoner.data.jsonl import parse_object
 
     record = parse_object(line, where=where, what=f"a {kind} record (prompt and {', '.join(FIELDS[kind])})")
+    if kind == "sft" and "messages" in record and "prompt" not in record:
+        messages = _messages(record["messages"], where=where, field="messages")
+        record["prompt"], record["completion"] = _split_at_first_assistant(messages, where=where, field="messages")
+    if kind == "dpo" and "prompt" not in record and isinstance(record.get("chosen"), list) \
+            and isinstance(record.get("rejected"), list):
+        shared = 0  # TRL's implicit prompt: the longest common prefix of the two conversations
+        while (shared < min(len(record["chosen"]), len(record["rejected"]))
+               and record["chosen"][shared] == record["rejected"][shared]):
+            shared += 1
+        record["prompt"] = record["chosen"][:shared]
+        record["chosen"], record["rejected"] = record["chosen"][shared:], record["rejected"][shared:]
+        if not record["prompt"]:
+            raise ValueError(f"{where}: chosen and rejected share no prompt messages; give \"prompt\" explicitly")
     missing = [k for k in ("prompt", *FIELDS[kind]) if k not in record]
     if missing:
-        raise ValueError(f"{where}: missing {missing}; a {kind} record needs prompt and {list(FIELDS[kind])}")
-    prompt = record["prompt"]
-    if isinstance(prompt, str):
-        prompt = [{"role": "user", "content": prompt}]
-    if not (isinstance(prompt, list) and prompt and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in prompt)):
-        raise ValueError(f"{where}: prompt must be a string or a non-empty list of {{role, content}} messages")
-    out = {"prompt": json.dumps(prompt, ensure_ascii=False)}
+        raise ValueError(f"{where}: missing {missing}; a {kind} record needs prompt and {list(FIELDS[kind])}"
+                         + (" (or TRL's messages)" if kind == "sft" else ""))
+    out = {"prompt": json.dumps(_messages(record["prompt"], where=where, field="prompt"), ensure_ascii=False)}
     for key in FIELDS[kind]:
-        if not isinstance(record[key], str):
-            raise ValueError(f"{where}: {key} must be a string, got {type(record[key]).__name__}")
-        out[key] = record[key]
+        value = _messages(record[key], where=where, field=key)
+        if isinstance(value, list) and not any(m["role"] == "assistant" for m in value):
+            raise ValueError(f"{where}: {key} messages hold no assistant turn")
+        out[key] = json.dumps(value, ensure_ascii=False)
+    tools = record.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise ValueError(f"{where}: tools must be a list of tool schemas (objects), got {type(tools).__name__}")
+    out["tools"] = json.dumps(tools)
     return out
 
 
 class ChatJsonl(tfds.core.GeneratorBasedBuilder):
     """Chat prompt/completion (sft) or prompt/chosen/rejected (dpo) examples from JSONL files."""
 
-    VERSION = tfds.core.Version("1.0.0")
+    VERSION = tfds.core.Version("1.1.0")  # 1.1: every field JSON, multi-turn completions, tools
+    RELEASE_NOTES = {"1.1.0": "completions as text or messages; TRL formats; tools", "1.0.0": "prompt + text"}
     BUILDER_CONFIGS = [
         tfds.core.BuilderConfig(name="sft", description="prompt messages + completion"),
         tfds.core.BuilderConfig(name="dpo", description="prompt messages + chosen + rejected"),
@@ -62,7 +98,7 @@ class ChatJsonl(tfds.core.GeneratorBasedBuilder):
     MANUAL_DOWNLOAD_INSTRUCTIONS = "Put train.jsonl (and validation.jsonl / test.jsonl) in the manual directory."
 
     def _info(self) -> tfds.core.DatasetInfo:
-        fields = {"prompt": tfds.features.Text()}
+        fields = {"prompt": tfds.features.Text(), "tools": tfds.features.Text()}
         fields.update({k: tfds.features.Text() for k in FIELDS[self.builder_config.name]})
         return self.dataset_info_from_configs(features=tfds.features.FeaturesDict(fields))
 
@@ -96,8 +132,8 @@ class DecodedSource:
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         raw = self._source[index]
-        out = {"prompt": json.loads(_decode(raw["prompt"]))}
-        out.update({k: _decode(raw[k]) for k in self._fields})
+        out = {"prompt": json.loads(_decode(raw["prompt"])), "tools": json.loads(_decode(raw["tools"]))}
+        out.update({k: json.loads(_decode(raw[k])) for k in self._fields})
         return out
 
 

@@ -84,7 +84,7 @@ def prepare_sft(
     for i in range(len(examples)):
         ex = examples[i]
         stats.examples += 1
-        pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex["completion"])
+        pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex["completion"], tools=ex.get("tools"))
         fitted = _fit(pc.ids, pc.completion_mask, seq_len=seq_len, overflow=overflow, stats=stats)
         if fitted is None:
             continue
@@ -130,7 +130,7 @@ def prepare_dpo(
         sides = []
         truncated = False
         for key in ("chosen", "rejected"):
-            pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex[key])
+            pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex[key], tools=ex.get("tools"))
             if len(pc.ids) > seq_len:
                 truncated = True
             sides.append((pc.ids, pc.completion_mask))

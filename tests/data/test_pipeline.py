@@ -104,7 +104,7 @@ def test_chat_jsonl_builder_round_trip_and_errors(tmp_path):
     (root / "train.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     splits = build_chat_dataset(root, kind="dpo", data_dir=tmp_path / "tfds")
     got = sorted((splits["train"][i] for i in range(len(splits["train"]))), key=lambda r: r["chosen"])
-    assert got[0] == {"prompt": records[1]["prompt"], "chosen": "c", "rejected": "r"}
+    assert got[0] == {"prompt": records[1]["prompt"], "chosen": "c", "rejected": "r", "tools": None}
     assert got[1]["prompt"] == [{"role": "user", "content": "alpha"}]
     with pytest.raises(ValueError, match=r"f\.jsonl:3: missing \['completion'\]"):
         parse_line('{"prompt": "x"}', kind="sft", where="f.jsonl:3")

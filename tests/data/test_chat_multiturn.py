@@ -1,0 +1,90 @@
+"""Multi-turn chat examples (scratchpad trajectories, TRL's conversational formats): the loss mask covers exactly
+the assistant turns as the chat template lays them out, tool turns and generation prompts masked."""
+
+import json
+
+import pytest
+
+from reasoner.agents.policies import TOOLS
+from reasoner.data.chat_jsonl import build_chat_dataset, parse_line
+from reasoner.tokenization import encode_prompt_completion, load_tokenizer, render_chat
+
+PROMPT = [{"role": "system", "content": "You are a logician."}, {"role": "user", "content": "Is Max sour?"}]
+TURNS = [
+    {"role": "assistant", "content": 'Check.\n<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "(check-sat)"}}'
+                                     "</tool_call>"},
+    {"role": "tool", "name": "z3_solve", "content": '{"success": true, "sat_result": "unsat"}'},
+    {"role": "assistant", "content": '<tool_call>{"name": "finish", "arguments": {"answer": "B"}}</tool_call>'},
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("smollm2-135m-instruct")
+
+
+def _template_mask(tokenizer, messages, tools):
+    """The independent reference: render the whole conversation once, locate each assistant turn's span in the
+    text (its content through the end-of-turn marker), and mark the tokens whose characters fall inside one."""
+    text = render_chat(tokenizer, messages, add_generation_prompt=False, tools=tools)
+    spans, pos = [], 0
+    for m in messages:
+        if m["role"] != "assistant":
+            continue
+        start = text.index(m["content"], pos)
+        end = text.index("<|im_end|>", start) + len("<|im_end|>")
+        spans.append((start, end))
+        pos = end
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [int(any(s <= a and b <= e for s, e in spans)) for a, b in enc["offset_mapping"]]
+    # the newline after an assistant's <|im_end|> belongs to the template's turn separator, not the turn:
+    # ours renders each assistant turn through its end-of-turn marker and the trailing newline
+    return enc["input_ids"], mask, text
+
+
+def test_assistant_only_mask_matches_the_templates_spans(tokenizer):
+    pc = encode_prompt_completion(tokenizer, prompt=PROMPT, completion=TURNS, tools=TOOLS)
+    ids, mask, text = _template_mask(tokenizer, PROMPT + TURNS, TOOLS)
+    assert list(pc.ids) == ids  # ChatML: per-turn pieces tokenize exactly as the whole text
+    ours = list(pc.completion_mask)
+    trained = [i for i, m in enumerate(ours) if m]
+    reference = [i for i, m in enumerate(mask) if m]
+    # ours also trains the newline the template writes right after each assistant <|im_end|>: nothing else differs
+    extra = sorted(set(trained) - set(reference))
+    assert set(reference) <= set(trained) and all(tokenizer.decode([ids[i]]) == "\n" for i in extra), extra
+    assert len(extra) <= 2
+    assert tokenizer.decode([ids[i] for i in reference]).count("<|im_end|>") == 2
+    # the tool response and the generation prompts are never trained
+    tool_text = TURNS[1]["content"]
+    assert tool_text not in tokenizer.decode([ids[i] for i in trained])
+    assert pc.prompt_len == len(tokenizer(render_chat(tokenizer, PROMPT, tools=TOOLS), add_special_tokens=False)
+                                ["input_ids"])
+
+
+def test_single_turn_completion_is_unchanged(tokenizer):
+    text = encode_prompt_completion(tokenizer, prompt=PROMPT, completion="B")
+    listed = encode_prompt_completion(tokenizer, prompt=PROMPT, completion=[{"role": "assistant", "content": "B"}])
+    assert text == listed
+
+
+def test_trl_formats_and_errors(tmp_path):
+    messages = PROMPT + TURNS
+    sft = parse_line(json.dumps({"messages": messages, "tools": TOOLS}), kind="sft", where="t.jsonl:1")
+    assert json.loads(sft["prompt"]) == PROMPT and json.loads(sft["completion"]) == TURNS
+    assert json.loads(sft["tools"]) == TOOLS
+    wrong = PROMPT + [{"role": "assistant", "content": "A"}]
+    dpo = parse_line(json.dumps({"chosen": messages, "rejected": wrong}), kind="dpo", where="t.jsonl:2")
+    assert json.loads(dpo["prompt"]) == PROMPT and json.loads(dpo["rejected"]) == wrong[2:]
+    for record, message in [({"messages": PROMPT}, "needs prompt messages followed by an assistant turn"),
+                            ({"prompt": PROMPT, "completion": [TURNS[1]]}, "completion messages hold no assistant"),
+                            ({"prompt": PROMPT, "completion": "x", "tools": "z3"}, "tools must be a list"),
+                            ({"chosen": [TURNS[0]], "rejected": [TURNS[2]]}, "share no prompt messages")]:
+        kind = "dpo" if "chosen" in record else "sft"
+        with pytest.raises(ValueError, match=message):
+            parse_line(json.dumps(record), kind=kind, where="t.jsonl:9")
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "train.jsonl").write_text(json.dumps({"messages": messages, "tools": TOOLS}) + "\n")
+    source = build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")["train"]
+    got = source[0]
+    assert len(source) == 1 and got == {"prompt": PROMPT, "completion": TURNS, "tools": TOOLS}
