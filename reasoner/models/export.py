@@ -1,43 +1,179 @@
-"""Export a `Decoder` to an HF checkpoint directory (`config.json` + `model.safetensors`).
+"""Export a `Decoder` as a complete Hugging Face checkpoint directory, and its LoRA adapters in PEFT's format.
 
-`export_hf(model, out_dir)` writes float32 (or `dtype=`) tensors under HF names; the directory loads
-with `transformers.AutoModelForCausalLM.from_pretrained(out_dir)` and with our `load_model`.
-LoRA updates are not exported; call `reasoner.models.lora.merge_lora` first to include them.
-Sharded parameters are gathered to the host one tensor at a time.
+`export_hf(model, out_dir, tokenizer=tok)` writes
+
+  config.json              the architecture (`ModelConfig.to_hf_dict`)
+  model.safetensors        every weight under its HF name, float32 (or `dtype=`); LoRA adapters folded in
+  generation_config.json   bos / eos (the tokenizer's end-of-turn ids) / pad ids
+  tokenizer files          `tokenizer.save_pretrained`: tokenizer.json, tokenizer_config.json, chat template
+  adapter/                 only when the model carries LoRA adapters: PEFT's `adapter_config.json` and
+                           `adapter_model.safetensors` (keys `base_model.model.<hf module>.lora_A.weight` [r, in]
+                           and `.lora_B.weight` [out, r]), loadable with `peft.PeftModel.from_pretrained(base,
+                           out_dir / "adapter")` onto the base model the run started from
+
+so that `transformers.AutoModelForCausalLM.from_pretrained(out_dir)` and `AutoTokenizer.from_pretrained(out_dir)`
+load it with nothing else (the adapter lives in a sub-directory: an `adapter_config.json` at the top would make
+transformers load the base model named in it instead). Our `load_model(out_dir)` reads it too.
+
+Adapters may be merged (`merge_lora`) or not: the exported weights are W + (alpha/rank) A.B either way, and
+the adapter file holds A and B. Sharded parameters are gathered one tensor at a time; in a multi-process job
+every process must call `export_hf` (the gather is collective) and only process 0 writes files.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import jax
-import ml_dtypes  # noqa: F401
+import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy for dtype="bfloat16"
 import numpy as np
 from flax import nnx
 
 from reasoner.models.checkpoint_names import weight_map
 
+ADAPTER_DIR = "adapter"
+
+
+def _host(value) -> np.ndarray:
+    """A (possibly sharded, possibly multi-process) array as one numpy array on every process."""
+    if isinstance(value, jax.Array) and not value.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+    return np.asarray(jax.device_get(value))
+
+
+def _module_at(model, path: tuple):
+    node = model
+    for key in path:
+        node = node[key] if isinstance(key, int) else getattr(node, key)
+    return node
+
+
+def _lora_of(model, kernel_path: tuple):
+    """The projection's LoRA module for a `(..., "kernel")` path, or None."""
+    if kernel_path[-1] != "kernel":
+        return None
+    return getattr(_module_at(model, kernel_path[:-1]), "lora", None)
+
 
 def hf_tensors(model, *, dtype: str = "float32") -> dict[str, np.ndarray]:
-    """{hf_name: numpy array in HF layout} for every weight of `model`."""
+    """{hf_name: numpy array in HF layout} for every weight of `model`; unmerged LoRA updates are added."""
     flat = {path: var for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param))}
     out = {}
     for path, spec in weight_map(model.cfg).items():
-        value = np.asarray(jax.device_get(flat[path][...]))
+        value = _host(flat[path][...])
+        lora = _lora_of(model, path)
+        if lora is not None and not lora.merged:
+            value = (value.astype(np.float32) + _host(lora.delta_kernel())).astype(value.dtype)
         out[spec.hf_name] = np.ascontiguousarray(spec.to_hf(value).astype(np.dtype(dtype)))
     return out
 
 
-def export_hf(model, out_dir: str, *, dtype: str = "float32") -> str:
-    """Writes `out_dir/config.json` and `out_dir/model.safetensors`; returns out_dir."""
+def lora_modules(model) -> list[tuple[str, Any, Any]]:
+    """[(hf module name, projection, LoRA)] for every adapted projection, e.g. "model.layers.0.self_attn.q_proj"."""
+    found = []
+    for path, spec in weight_map(model.cfg).items():
+        lora = _lora_of(model, path)
+        if lora is not None:
+            found.append((spec.hf_name.removesuffix(".weight"), _module_at(model, path[:-1]), lora))
+    return found
+
+
+def peft_tensors(model, *, dtype: str = "float32") -> dict[str, np.ndarray]:
+    """PEFT's adapter tensors: lora_A [r, prod(in)], lora_B [prod(out), r] with W' = W + (alpha/r) B.A in HF's
+    [out, in] orientation; ours is A [in..., r], B [r, out...] with the kernel [in..., out...]."""
+    out = {}
+    for name, proj, lora in lora_modules(model):
+        n_in = int(np.prod(proj.in_shape))
+        a, b = _host(lora.a[...]), _host(lora.b[...])
+        rank = a.shape[-1]
+        out[f"base_model.model.{name}.lora_A.weight"] = np.ascontiguousarray(a.reshape(n_in, rank).T.astype(dtype))
+        out[f"base_model.model.{name}.lora_B.weight"] = np.ascontiguousarray(b.reshape(rank, -1).T.astype(dtype))
+    return out
+
+
+def peft_config(model, *, base_model_name_or_path: str | None = None) -> dict[str, Any]:
+    """PEFT's `adapter_config.json` for the model's adapters (one rank, alpha and dropout for all of them)."""
+    modules = lora_modules(model)
+    if not modules:
+        raise ValueError("peft_config: the model has no LoRA adapters (apply_lora first)")
+    ranks = {int(lora.a[...].shape[-1]) for _, _, lora in modules}
+    alphas = {float(lora.scale * lora.a[...].shape[-1]) for _, _, lora in modules}
+    dropouts = {float(lora.dropout.rate) if lora.dropout is not None else 0.0 for _, _, lora in modules}
+    if len(ranks) != 1 or len(alphas) != 1 or len(dropouts) != 1:
+        raise ValueError(f"peft_config: adapters differ in rank {ranks}, alpha {alphas} or dropout {dropouts}; "
+                         f"expected one setting for all (as apply_lora makes)")
+    return {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model_name_or_path,
+        "r": ranks.pop(), "lora_alpha": alphas.pop(), "lora_dropout": dropouts.pop(),
+        "target_modules": sorted(name for name, _, _ in modules), "bias": "none", "fan_in_fan_out": False,
+        "inference_mode": True, "modules_to_save": None, "use_rslora": False, "use_dora": False,
+        "init_lora_weights": True,
+    }
+
+
+def generation_config(model, tokenizer=None) -> dict[str, Any]:
+    """bos / eos / pad ids for `generation_config.json`: eos is every end-of-turn id of the tokenizer."""
+    cfg = model.cfg
+    if tokenizer is not None:
+        from reasoner.tokenization import stop_token_ids
+
+        eos = list(stop_token_ids(tokenizer))
+        pad = tokenizer.pad_token_id
+        bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else cfg.bos_token_id
+    else:
+        eos, pad, bos = ([] if cfg.eos_token_id is None else [int(cfg.eos_token_id)]), None, cfg.bos_token_id
+    out = {"bos_token_id": bos, "eos_token_id": eos[0] if len(eos) == 1 else (eos or None),
+           "pad_token_id": pad if pad is not None else (eos[0] if eos else None)}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _write_json(path: str, obj) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+
+
+def export_peft_adapter(model, out_dir: str, *, base_model_name_or_path: str | None = None,
+                        dtype: str = "float32") -> str:
+    """Writes `out_dir/adapter_config.json` and `out_dir/adapter_model.safetensors`; returns out_dir."""
     from safetensors.numpy import save_file
 
-    os.makedirs(out_dir, exist_ok=True)
+    from reasoner.distributed import is_primary
+
+    tensors, config = peft_tensors(model, dtype=dtype), peft_config(model, base_model_name_or_path=base_model_name_or_path)
+    if is_primary():
+        os.makedirs(out_dir, exist_ok=True)
+        save_file(tensors, os.path.join(out_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
+        _write_json(os.path.join(out_dir, "adapter_config.json"), config)
+    return out_dir
+
+
+def export_hf(model, out_dir: str, *, tokenizer=None, dtype: str = "float32",
+              base_model_name_or_path: str | None = None) -> str:
+    """Writes a complete HF checkpoint of `model` into `out_dir` (see the module docstring); returns out_dir.
+
+    tokenizer: the run's tokenizer (its files and chat template are saved); without it the directory holds
+      the model only and `AutoTokenizer.from_pretrained(out_dir)` cannot load.
+    base_model_name_or_path: recorded in the adapter's config when the model has LoRA adapters.
+    """
+    from safetensors.numpy import save_file
+
+    from reasoner.distributed import is_primary
+
     config = model.cfg.to_hf_dict()
     config["torch_dtype"] = dtype
-    tensors = hf_tensors(model, dtype=dtype)
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
+    tensors = hf_tensors(model, dtype=dtype)  # collective gather: every process takes part
+    if is_primary():
+        os.makedirs(out_dir, exist_ok=True)
+        save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+        _write_json(os.path.join(out_dir, "config.json"), config)
+        _write_json(os.path.join(out_dir, "generation_config.json"), generation_config(model, tokenizer))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out_dir)
+    if lora_modules(model):
+        export_peft_adapter(model, os.path.join(out_dir, ADAPTER_DIR), dtype=dtype,
+                            base_model_name_or_path=base_model_name_or_path)
     return out_dir
