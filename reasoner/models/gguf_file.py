@@ -13,6 +13,7 @@ float16 arrays for F32/F16, uint8 rows for quantized types), shaped [rows..., ro
 from __future__ import annotations
 
 import dataclasses
+import math
 import mmap
 import os
 import struct
@@ -23,6 +24,9 @@ from reasoner.models.sources import CheckpointError
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+MAX_ARRAY_NESTING = 16  # arrays of arrays deeper than this are refused (a header is data, not a program)
+MAX_DIMS = 4  # GGML_MAX_DIMS
+LIST_MAX_ITEMS = 4096  # numeric arrays longer than this stay a read-only numpy view of the mapped file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +71,16 @@ class _Cursor:
         self.pos += n
         return bytes(raw).decode("utf-8", errors="replace") if decode else None
 
-    def value(self, type_id: int):
+    def value(self, type_id: int, depth: int = 0):
+        """One metadata value; loops over arrays (no recursion but for arrays of arrays, bounded)."""
         if type_id in _SCALARS:
             return self.take(_SCALARS[type_id])
         if type_id == _STRING:
             return self.string()
         if type_id == _ARRAY:
+            if depth >= MAX_ARRAY_NESTING:
+                raise CheckpointError(f"checkpoint file {self.path}: GGUF metadata arrays nested deeper than "
+                                      f"{MAX_ARRAY_NESTING} at byte {self.pos}")
             item_type, count = self.take("<I"), self.take("<Q")
             if item_type == _STRING:
                 for _ in range(count):
@@ -83,10 +91,15 @@ class _Cursor:
                 size = struct.calcsize(fmt)
                 if self.pos + size * count > len(self.buf):
                     raise CheckpointError(f"checkpoint file {self.path} is truncated inside the GGUF header")
-                values = list(struct.unpack_from(f"<{count}{fmt[1]}", self.buf, self.pos))
+                if count > LIST_MAX_ITEMS:  # e.g. a 50 MB array: a view of the mapped file, not 1 GB of ints
+                    values = np.frombuffer(self.buf, dtype=np.dtype(fmt), count=count, offset=self.pos)
+                else:
+                    values = list(struct.unpack_from(f"<{count}{fmt[1]}", self.buf, self.pos))
                 self.pos += size * count
                 return values
-            return [self.value(item_type) for _ in range(count)]
+            if count > len(self.buf) - self.pos:  # every item takes at least one byte
+                raise CheckpointError(f"checkpoint file {self.path} is truncated inside the GGUF header")
+            return [self.value(item_type, depth + 1) for _ in range(count)]
         raise CheckpointError(f"checkpoint file {self.path}: unknown GGUF value type {type_id} at byte {self.pos}")
 
 
@@ -95,6 +108,8 @@ class GGUFFile:
         import gguf
 
         self.path = path
+        if os.path.isdir(path):
+            raise CheckpointError(f"checkpoint file {path} is a directory, expected a GGUF file")
         if not os.path.isfile(path):
             raise CheckpointError(f"checkpoint file {path} does not exist")
         self.size = os.path.getsize(path)
@@ -116,9 +131,16 @@ class GGUFFile:
         self.tensors: dict[str, TensorInfo] = {}
         for _ in range(n_tensors):
             name = cur.string()
-            dims = tuple(cur.take("<Q") for _ in range(cur.take("<I")))
+            n_dims = cur.take("<I")
+            if not 1 <= n_dims <= MAX_DIMS:
+                raise CheckpointError(f"checkpoint file {path}: tensor {name} has {n_dims} dimensions, "
+                                      f"expected 1 to {MAX_DIMS}")
+            dims = tuple(cur.take("<Q") for _ in range(n_dims))
             self.tensors[name] = TensorInfo(name, dims, cur.take("<I"), cur.take("<Q"))
-        alignment = int(self.metadata.get("general.alignment", 32))
+        alignment = self.metadata.get("general.alignment", 32)
+        if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment % 8:
+            raise CheckpointError(f"checkpoint file {path}: general.alignment is {alignment!r}, expected a "
+                                  f"positive integer multiple of 8")
         self.data_start = (cur.pos + alignment - 1) // alignment * alignment
         self._sizes = gguf.GGML_QUANT_SIZES
         for t in self.tensors.values():
@@ -142,7 +164,10 @@ class GGUFFile:
             block, type_size = self._sizes[gguf.GGMLQuantizationType(t.type_id)]
         except (ValueError, KeyError):
             raise CheckpointError(f"{self.path}: tensor {t.name} has unknown GGUF type id {t.type_id}") from None
-        return int(np.prod(t.dims)) // block * type_size
+        if t.dims[0] % block:
+            raise CheckpointError(f"{self.path}: tensor {t.name} has rows of {t.dims[0]} items, not a multiple "
+                                  f"of its type's block of {block}")
+        return math.prod(t.dims) // block * type_size  # Python ints: a product of huge dims cannot wrap to 0
 
     def raw(self, name: str) -> np.ndarray:
         import gguf

@@ -29,6 +29,8 @@ from reasoner.models.sources import CheckpointError, SafetensorsSource
 
 def open_checkpoint(path: str, **overrides):
     """(ModelConfig, tensor source) of a GGUF file or HF directory."""
+    if path.endswith(".gguf") and os.path.isdir(path):
+        raise CheckpointError(f"checkpoint file {path} is a directory, expected a GGUF file")
     if path.endswith(".gguf"):
         from reasoner.models.gguf import open_gguf
 
@@ -40,9 +42,35 @@ def open_checkpoint(path: str, **overrides):
     config_path = os.path.join(path, "config.json")
     if not os.path.isfile(config_path):
         raise CheckpointError(f"{path}: config.json is missing")
-    with open(config_path) as f:
-        cfg = ModelConfig.from_hf_dict(json.load(f), source=config_path, **overrides)
+    try:
+        with open(config_path) as f:
+            raw_config = json.load(f)
+    except ValueError as err:
+        raise CheckpointError(f"{config_path} is not valid JSON: {err}") from None
+    cfg = ModelConfig.from_hf_dict(raw_config, source=config_path, **overrides)
+    check_index(path)
     return cfg, SafetensorsSource(path)
+
+
+def check_index(directory: str) -> None:
+    """A `model.safetensors.index.json`, if present, is JSON with a {tensor: file} `weight_map` whose
+    files all lie inside `directory`; else a CheckpointError naming the index and the entry."""
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if not os.path.isfile(index):
+        return
+    try:
+        with open(index) as f:
+            weight_map = json.load(f).get("weight_map")
+    except (ValueError, AttributeError) as err:
+        raise CheckpointError(f"{index} is not a JSON object with a weight_map: {err}") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in weight_map.items()):
+        raise CheckpointError(f"{index}: weight_map must map tensor names to file names (strings)")
+    root = os.path.realpath(directory)
+    for name, fname in weight_map.items():
+        target = os.path.realpath(os.path.join(root, fname))
+        if os.path.dirname(target) != root and not target.startswith(root + os.sep):
+            raise CheckpointError(f"{index}: tensor {name!r} points outside the checkpoint directory ({fname!r})")
 
 
 def abstract_model(cfg: ModelConfig):

