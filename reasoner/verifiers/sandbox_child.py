@@ -82,6 +82,9 @@ def _mount_jail(*, scratch_mb: int, expose, uid: int) -> None:
             continue
         _mount(libc, ctypes, "tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64k,mode=755")
         hidden.append(path)
+    # /tmp first, so that an exposed path under /tmp (a checkout there) is bound on top of it.
+    _mount(libc, ctypes, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV,
+           f"size={max(1, scratch_mb)}m,mode=700,uid={uid},gid={uid}")
     for path, fd in exposed:
         if any(path != other and path.startswith(other + "/") for other, _ in exposed):
             os.close(fd)
@@ -92,8 +95,6 @@ def _mount_jail(*, scratch_mb: int, expose, uid: int) -> None:
         os.close(fd)
     for path in hidden:
         _mount(libc, ctypes, None, path, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
-    _mount(libc, ctypes, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV,
-           f"size={max(1, scratch_mb)}m,mode=700,uid={uid},gid={uid}")
     if os.path.isdir("/dev/shm"):
         _mount(libc, ctypes, "tmpfs", "/dev/shm", "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
                "size=4k,mode=755")

@@ -262,3 +262,25 @@ def test_print_100mb_costs_nothing():
     mode = "strict" if unshare_works() else "weak"
     code = "def transform(x):\n    print('y' * (100 * 1024 * 1024))\n    return x\n"
     assert run_transform_tests(code, [(1, 1)], limits=SandboxLimits(timeout_s=5.0), mode=mode).passed_all
+
+
+@STRICT
+def test_lock_down_exposes_paths_read_only_even_under_tmp(tmp_path):
+    """What the Z3 jail relies on: an exposed directory (here under /tmp, like a CI checkout) stays
+    readable and read-only; its siblings are gone."""
+    import subprocess
+    import sys
+
+    (tmp_path / "shown").mkdir()
+    (tmp_path / "shown" / "f.txt").write_text("visible")
+    (tmp_path / "hidden.txt").write_text("secret")
+    script = ("import os, sys\nfrom reasoner.verifiers.sandbox_child import lock_down\n"
+              f"layers = lock_down(mount_ns=True, expose=[{str(tmp_path / 'shown')!r}, sys.base_prefix, sys.prefix])\n"
+              f"shown = open({str(tmp_path / 'shown' / 'f.txt')!r}).read()\n"
+              f"try:\n    open({str(tmp_path / 'shown' / 'g.txt')!r}, 'w')\n    ro = 'writable'\n"
+              "except OSError as err:\n    ro = err.strerror\n"
+              f"print(shown, ro, os.path.exists({str(tmp_path / 'hidden.txt')!r}), os.getuid(), sorted(layers.items()))\n")
+    out = subprocess.run([*sandbox.NAMESPACE_PREFIX, sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.dirname(sandbox.__file__))))
+    assert out.stdout.strip() == ("visible Read-only file system False 65534 [('netns+pidns+mountns', True), "
+                                  "('rlimits', False), ('seccomp', True), ('uid', True)]"), out
