@@ -260,5 +260,5 @@ def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None
     if config.get("export_dir") and not result.preempted:
         from reasoner.models.export import export_hf
 
-        export_hf(merged_for_export(s.run, result.state.params), str(config.export_dir))
+        export_hf(merged_for_export(s.run, result.state.params), str(config.export_dir), tokenizer=s.run.tokenizer)
     return result

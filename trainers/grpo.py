@@ -360,5 +360,5 @@ def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_ex
         from reasoner.models.export import export_hf
         from trainers.run import merged_for_export
 
-        export_hf(merged_for_export(run, result.state.params), str(config.export_dir))
+        export_hf(merged_for_export(run, result.state.params), str(config.export_dir), tokenizer=run.tokenizer)
     return result

@@ -145,4 +145,4 @@ def export(run: Run, result: LoopResult, *, workdir, out_dir) -> str:
         best_state, _, _ = ckpt.restore(result.state, expected_meta=meta, which="best")
         params = best_state.params
     ckpt.close()
-    return export_hf(merged_for_export(run, params), str(out_dir))
+    return export_hf(merged_for_export(run, params), str(out_dir), tokenizer=run.tokenizer)

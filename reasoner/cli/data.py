@@ -53,6 +53,15 @@ def _config_name(prefix: str, params: dict) -> str:
     return f"{prefix}_{digest}"
 
 
+def proofwriter_config_name(params: dict) -> str:
+    """The paper's selection (OWA, depth-5, shortest proof depth >= 3; raw release or its Logic-LLM form) is the
+    builder's registered config `owa_depth5`, the name the paper configs read (`proofwriter_astar/owa_depth5`);
+    any other selection gets a name hashed from its parameters."""
+    if (params["world"], params["depth_dir"], params["min_depth"]) == ("OWA", "depth-5", 3):
+        return "owa_depth5"
+    return _config_name("proofwriter", params)
+
+
 def _report(builder, extra: dict) -> None:
     from reasoner.data.records import figures, format_figures
     from reasoner.data.tfds_builders import read_splits
@@ -108,7 +117,7 @@ def _build_proofwriter(args) -> int:
         return 2
     params = {"source": args.source, "world": args.world, "depth_dir": args.depth_dir, "min_depth": args.min_depth,
               "files": files, "manual_dir": args.manual_dir}
-    config = ProofwriterConfig(name=_config_name("proofwriter", params), source=args.source, world=args.world,
+    config = ProofwriterConfig(name=proofwriter_config_name(params), source=args.source, world=args.world,
                                depth_dir=args.depth_dir, min_depth=args.min_depth, files=files)
     builder = ProofwriterAstar(config=config, data_dir=args.data_dir, file_format="array_record")
     dl_config = tfds.download.DownloadConfig(manual_dir=args.manual_dir) if args.manual_dir else None

@@ -1,12 +1,11 @@
 """Policies: scripted replay errors, and the OpenAI-compatible HTTP policy against a local server."""
 
-import http.server
 import json
-import threading
 
 import pytest
 
 from reasoner.agents.policies import TOOLS, OpenAIChatPolicy, Reply, ScriptedPolicy, as_reply
+from tests.agents.chat_stub import ChatStub, serve
 
 
 def test_scripted_policy_replays_by_conversation_and_turn():
@@ -27,45 +26,28 @@ def test_scripted_policy_replays_by_conversation_and_turn():
         as_reply(3)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(ChatStub):
     requests: list = []
 
-    def do_POST(self):  # noqa: N802 - http.server naming
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def reply(self, body):
         _Handler.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
         last = body["messages"][-1]
         if "fail" in last["content"]:
-            self.send_response(500)
-            self.end_headers()
-            self.wfile.write(b"boom")
-            return
+            return 500, b"boom"
         if last["role"] == "user" and "structured" in last["content"]:
             message = {"role": "assistant", "content": None, "tool_calls": [
                 {"id": "c1", "type": "function",
                  "function": {"name": "z3_solve", "arguments": json.dumps({"smt_code": "(check-sat)"})}}]}
         else:
             message = {"role": "assistant", "content": f"echo {len(body['messages'])}: {last['content']}"}
-        payload = {"choices": [{"message": message}], "usage": {"prompt_tokens": 11, "completion_tokens": 7}}
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        return 200, {"choices": [{"message": message}], "usage": {"prompt_tokens": 11, "completion_tokens": 7}}
 
 
 @pytest.fixture
 def server():
     _Handler.requests = []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    with serve(_Handler) as url:
+        yield url
 
 
 def test_http_policy_round_trip(server):

@@ -1,23 +1,21 @@
 """`reasoner smt rollout` against a local OpenAI-compatible stub teacher, end to end."""
 
-import http.server
 import json
-import threading
 
 import pytest
 
 from reasoner.cli import main
+from tests.agents.chat_stub import ChatStub, serve
 from tests.agents.test_rollouts import MAX_CONTEXT
 
 REFUTATION = MAX_CONTEXT + "\n(assert (sour max))\n(check-sat)"
 
 
-class Teacher(http.server.BaseHTTPRequestHandler):
+class Teacher(ChatStub):
     """Turn 1: a z3_solve call (a real refutation for "Max is sour", a trivial script otherwise).
     Turn 2: finish with B."""
 
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def reply(self, body):
         messages = body["messages"]
         if messages[-1]["role"] == "user":
             code = REFUTATION if "Max is sour" in messages[-1]["content"] else "(assert true)(check-sat)"
@@ -26,23 +24,13 @@ class Teacher(http.server.BaseHTTPRequestHandler):
             message = {"role": "assistant", "content": "Let me check.", "tool_calls": [call]}
         else:
             message = {"role": "assistant", "content": '<tool_call>{"name": "finish", "arguments": {"answer": "B"}}</tool_call>'}
-        data = json.dumps({"choices": [{"message": message}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        return 200, {"choices": [{"message": message}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
 
 
 @pytest.fixture
 def endpoint():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Teacher)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    with serve(Teacher) as url:
+        yield url
 
 
 def test_rollout_writes_curated_rows_pairs_and_metrics(shared_data, endpoint, tmp_path, capsys):
@@ -70,35 +58,23 @@ class FlakyTeacher(Teacher):
 
     seen: dict = {}
 
-    def do_POST(self):  # noqa: N802
-        length = int(self.headers["Content-Length"])
-        raw = self.rfile.read(length)
-        body = json.loads(raw)
+    def reply(self, body):
         first_user = next(m["content"] for m in body["messages"] if m["role"] == "user")
         key = (first_user, len(body["messages"]))
         FlakyTeacher.seen[key] = FlakyTeacher.seen.get(key, 0) + 1
         if "Max is sour" not in first_user or FlakyTeacher.seen[key] <= 2:
-            self.send_response(503 if "Max is sour" in first_user else 500)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"no")
-            return
-        self.rfile = __import__("io").BytesIO(raw)
-        self.headers.replace_header("Content-Length", str(length))
-        super().do_POST()
+            return (503 if "Max is sour" in first_user else 500), b"no"
+        return super().reply(body)
 
 
 def test_infrastructure_failures_are_retried_excluded_and_resumed(shared_data, tmp_path, capsys, monkeypatch):
     import time
 
     monkeypatch.setattr(time, "sleep", lambda s: None)  # the backoff, without waiting
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlakyTeacher)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     out = tmp_path / "rows.jsonl"
-    argv = ["smt", "rollout", "--dataset", "prontoqa", "--data-root", str(shared_data), "--limit", "2",
-            "--endpoint", url, "--model", "teacher", "--timeout", "10", "--retries", "3", "--out", str(out)]
-    try:
+    with serve(FlakyTeacher) as url:
+        argv = ["smt", "rollout", "--dataset", "prontoqa", "--data-root", str(shared_data), "--limit", "2",
+                "--endpoint", url, "--model", "teacher", "--timeout", "10", "--retries", "3", "--out", str(out)]
         assert main(argv) == 0
         captured = capsys.readouterr()
         metrics = json.loads(captured.out)
@@ -111,9 +87,6 @@ def test_infrastructure_failures_are_retried_excluded_and_resumed(shared_data, t
         again = json.loads(capsys.readouterr().out)
         assert again["resumed_skipped"] == 1 and again["run"] == 1 and again["infrastructure_failures"] == 1
         assert len(out.read_text().splitlines()) == 1
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def test_symbolic_teacher_rollout_is_gold(shared_data, tmp_path, capsys):
