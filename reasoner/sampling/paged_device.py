@@ -1,0 +1,211 @@
+"""The device side of the rollout engine: jitted prefill into slots and paged decode chunks.
+
+State (`SlotState`) is slot-major: S decode slots, each holding one row (one sample of one request)
+or idle. Three jitted functions, all donating the state so pools are updated in place:
+
+  - `prefill_into_slots`: P prompts right-padded to a bucket T go through the decoder's general
+    forward once (as `engine.prefill` does); their keys/values are scattered into the pool by a
+    host-built plan (`paged_cache.prompt_writes`: full prompt blocks once, the partial last block
+    once per sample); then each of the R new rows draws its first token and is written into its
+    slot (padding rows target slot S and are dropped).
+  - `decode_chunk`: up to `num_steps` steps of every slot inside one `lax.while_loop` that exits
+    early when every slot is done. A step writes each slot's pending token at its position through
+    the block table and attends over the slot's first J blocks only, J a static bucket the host
+    picks from the longest live row (`table_SxJ` is passed sliced): attention work follows the
+    live lengths, not the allocated capacity.
+  - `retire`: marks slots done (stop strings found on the host, or freed slots).
+
+Finish codes are the static sampler's (`engine.RUNNING/EOS/LENGTH`); tokens, both log-probs and the
+PRNG scheme (`fold_in(row key, position)`) are the same too, so a row's output does not depend on
+which slot it ran in or what ran beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from reasoner.models.decoder import KVCache
+from reasoner.models.rope import apply_rope, rope_tables
+from reasoner.sampling.engine import EOS, LENGTH, RUNNING
+from reasoner.sampling.paged_cache import NULL_BLOCK, PagedPools, gather_blocks, write_tokens
+from reasoner.sampling.processors import DecodeSpec, choose_tokens
+
+
+@struct.dataclass
+class SlotState:
+    """S slots, N = the longest token budget any row may have.
+
+    pools: the paged KV cache. length_S: the position of each slot's pending token (= tokens in
+    its cache). pending_S: last drawn token, not yet in the cache. count_S / limit_S: tokens
+    drawn / allowed. capacity_S: positions the row may fill (a row whose pending token would sit at
+    `capacity` stops with LENGTH). keys_Sx2: raw PRNG key data per slot. done_S / finish_S.
+    """
+
+    pools: PagedPools
+    length_S: jax.Array
+    pending_S: jax.Array
+    count_S: jax.Array
+    limit_S: jax.Array
+    capacity_S: jax.Array
+    keys_Sx2: jax.Array
+    done_S: jax.Array
+    finish_S: jax.Array
+    tokens_SxN: jax.Array
+    sample_logp_SxN: jax.Array
+    model_logp_SxN: jax.Array
+    eos_ids_E: jax.Array
+    temperature: jax.Array
+    top_p: jax.Array
+
+
+def empty_state(pools: PagedPools, *, slots: int, max_new: int, eos_ids_E, temperature: float, top_p: float,
+                key_width: int) -> SlotState:
+    S, N = slots, max_new
+    zi = lambda *shape: jnp.zeros(shape, jnp.int32)  # noqa: E731
+    return SlotState(
+        pools=pools, length_S=zi(S), pending_S=zi(S), count_S=zi(S), limit_S=zi(S), capacity_S=zi(S),
+        keys_Sx2=jnp.zeros((S, key_width), jnp.uint32), done_S=jnp.ones((S,), bool), finish_S=zi(S),
+        tokens_SxN=zi(S, N), sample_logp_SxN=jnp.zeros((S, N), jnp.float32),
+        model_logp_SxN=jnp.zeros((S, N), jnp.float32), eos_ids_E=jnp.asarray(eos_ids_E, jnp.int32),
+        temperature=jnp.asarray(temperature, jnp.float32), top_p=jnp.asarray(top_p, jnp.float32))
+
+
+def _keys(state: SlotState):
+    return jax.random.wrap_key_data(state.keys_Sx2)
+
+
+def _record(state: SlotState, tokens_S, sample_logp_S, model_logp_S, active_S) -> SlotState:
+    """Stores this step's draws of the active slots and updates their done flags (as `engine._record`)."""
+    N = state.tokens_SxN.shape[1]
+    at_count = (jnp.arange(N, dtype=jnp.int32)[None, :] == state.count_S[:, None]) & active_S[:, None]
+    count = state.count_S + active_S.astype(jnp.int32)
+    hit_eos = jnp.any(tokens_S[:, None] == state.eos_ids_E[None, :], axis=-1)
+    out_of_room = (count >= state.limit_S) | (state.length_S >= state.capacity_S)
+    finish = jnp.where(active_S & hit_eos, EOS, jnp.where(active_S & out_of_room, LENGTH, state.finish_S))
+    return state.replace(
+        pending_S=jnp.where(active_S, tokens_S, state.pending_S), count_S=count,
+        tokens_SxN=jnp.where(at_count, tokens_S[:, None], state.tokens_SxN),
+        sample_logp_SxN=jnp.where(at_count, sample_logp_S[:, None], state.sample_logp_SxN),
+        model_logp_SxN=jnp.where(at_count, model_logp_S[:, None], state.model_logp_SxN),
+        done_S=state.done_S | (active_S & (hit_eos | out_of_room)), finish_S=finish.astype(jnp.int32))
+
+
+def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPools):
+    """Feeds one token per slot at `positions_S` through the block table; returns (logits_SxV f32, pools).
+
+    Attention reads the J blocks of `table_SxJ` per slot and masks positions after the slot's own.
+    A position whose block column is outside the J columns (only done rows, writing past their
+    capacity) is redirected to the null block.
+    """
+    cfg = model.cfg
+    S, J = table_SxJ.shape
+    bs = pools.block_size
+    x = jnp.take(model.embed[...], tokens_S, axis=0).astype(cfg.dtype)[:, None, :]  # [S, 1, D]
+    cos, sin = rope_tables(positions_S[:, None], model.inv_freq)
+    col = positions_S // bs
+    block_S = jnp.where(col < J, jnp.take_along_axis(table_SxJ, jnp.minimum(col, J - 1)[:, None], axis=1)[:, 0],
+                        NULL_BLOCK)
+    offset_S = positions_S % bs
+    visible_SxL = jnp.arange(J * bs, dtype=jnp.int32)[None, :] <= positions_S[:, None]
+    new_k, new_v = [], []
+    for i, block in enumerate(model.layers):
+        attn = block.attn
+        h = block.attn_norm(x)
+        q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)  # [S, 1, H|KV, Dh]
+        if attn.q_norm is not None:
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        kp = write_tokens(pools.k[i], jnp.swapaxes(k[:, 0], 0, 1), block_S, offset_S)
+        vp = write_tokens(pools.v[i], jnp.swapaxes(v[:, 0], 0, 1), block_S, offset_S)
+        new_k.append(kp)
+        new_v.append(vp)
+        Dh = q.shape[-1]
+        keys = gather_blocks(kp, table_SxJ).reshape(attn.num_kv_heads, S, J * bs, Dh)
+        values = gather_blocks(vp, table_SxJ).reshape(attn.num_kv_heads, S, J * bs, Dh)
+        qg = q[:, 0].reshape(S, attn.num_kv_heads, attn.group, Dh)  # [S, KV, G, Dh]
+        scores = jnp.einsum("bngk,nbsk->bngs", qg, keys.astype(qg.dtype),
+                            preferred_element_type=jnp.float32) * attn.scale
+        scores = jnp.where(visible_SxL[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(qg.dtype)
+        out = jnp.einsum("bngs,nbsk->bngk", probs, values.astype(qg.dtype))
+        x = x + attn.o_proj(out.reshape(S, 1, -1, Dh))
+        x = x + block.mlp(block.mlp_norm(x))
+    logits = model.logits(model.final_norm(x)[:, 0])
+    return logits, PagedPools(k=tuple(new_k), v=tuple(new_v))
+
+
+def _step(model, spec: DecodeSpec, table_SxJ, state: SlotState) -> SlotState:
+    active = ~state.done_S
+    logits, pools = paged_decode_logits(model, state.pending_S, state.length_S, table_SxJ, state.pools)
+    length = jnp.where(active, state.length_S + 1, state.length_S)
+    state = state.replace(pools=pools, length_S=length)
+    drawn = choose_tokens(logits, _keys(state), length, spec=spec, temperature=state.temperature, top_p=state.top_p)
+    return _record(state, *drawn, active)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "spec"), donate_argnums=(2,))
+def decode_chunk(graphdef, params, state: SlotState, table_SxJ, num_steps, *, spec: DecodeSpec) -> SlotState:
+    """Up to `num_steps` decode steps of every slot (a traced count: one compile per J bucket)."""
+    model = nnx.merge(graphdef, params)
+
+    def cond(carry):
+        step, s = carry
+        return (step < num_steps) & ~jnp.all(s.done_S)
+
+    def body(carry):
+        step, s = carry
+        return step + 1, _step(model, spec, table_SxJ, s)
+
+    _, state = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state))
+    return state
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "spec"), donate_argnums=(2,))
+def prefill_into_slots(graphdef, params, state: SlotState, tokens_PxT, segments_PxT, lengths_P, src_M, block_M,
+                       offset_M, row_prompt_R, row_slot_R, row_keys_Rx2, row_limit_R, row_capacity_R, *,
+                       spec: DecodeSpec) -> SlotState:
+    """Prefills P prompts into the pool and starts R rows in their slots (first token drawn)."""
+    model = nnx.merge(graphdef, params)
+    cfg = model.cfg
+    P, T = tokens_PxT.shape
+    shape = (P, T, cfg.num_kv_heads, cfg.head_dim)
+    small = KVCache(k=tuple(jnp.zeros(shape, cfg.dtype) for _ in range(cfg.num_layers)),
+                    v=tuple(jnp.zeros(shape, cfg.dtype) for _ in range(cfg.num_layers)),
+                    segment_ids_BxS=jnp.zeros((P, T), jnp.int32), index_B=jnp.zeros((P,), jnp.int32))
+    positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32)[None], (P, T))
+    hidden, small = model.hidden_states(tokens_PxT, positions_BxT=positions, segment_ids_BxT=segments_PxT, cache=small)
+    last_PxD = jnp.take_along_axis(hidden, (lengths_P - 1)[:, None, None], axis=1)
+    logits_R = jnp.take(model.logits(last_PxD)[:, 0], row_prompt_R, axis=0)
+
+    def scatter(pool, x_PxTxKVxDh):
+        flat = x_PxTxKVxDh.reshape(P * T, cfg.num_kv_heads, cfg.head_dim)
+        return write_tokens(pool, jnp.swapaxes(jnp.take(flat, src_M, axis=0), 0, 1), block_M, offset_M)
+
+    pools = PagedPools(k=tuple(scatter(p, x) for p, x in zip(state.pools.k, small.k)),
+                       v=tuple(scatter(p, x) for p, x in zip(state.pools.v, small.v)))
+    lengths_R = jnp.take(lengths_P, row_prompt_R)
+    tokens, slp, mlp = choose_tokens(logits_R, jax.random.wrap_key_data(row_keys_Rx2), lengths_R, spec=spec,
+                                     temperature=state.temperature, top_p=state.top_p)
+    hit_eos = jnp.any(tokens[:, None] == state.eos_ids_E[None, :], axis=-1)
+    out_of_room = (row_limit_R <= 1) | (lengths_R >= row_capacity_R)
+    put = lambda arr, val: arr.at[row_slot_R].set(val, mode="drop")  # noqa: E731
+    zeros_N = lambda arr, val: arr.at[row_slot_R].set(  # noqa: E731
+        jnp.zeros((row_slot_R.shape[0], arr.shape[1]), arr.dtype).at[:, 0].set(val), mode="drop")
+    return state.replace(
+        pools=pools, length_S=put(state.length_S, lengths_R), pending_S=put(state.pending_S, tokens),
+        count_S=put(state.count_S, jnp.ones_like(lengths_R)), limit_S=put(state.limit_S, row_limit_R),
+        capacity_S=put(state.capacity_S, row_capacity_R), keys_Sx2=put(state.keys_Sx2, row_keys_Rx2),
+        done_S=put(state.done_S, hit_eos | out_of_room),
+        finish_S=put(state.finish_S, jnp.where(hit_eos, EOS, jnp.where(out_of_room, LENGTH, RUNNING))),
+        tokens_SxN=zeros_N(state.tokens_SxN, tokens), sample_logp_SxN=zeros_N(state.sample_logp_SxN, slp),
+        model_logp_SxN=zeros_N(state.model_logp_SxN, mlp))
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def retire(state: SlotState, slots_mask_S) -> SlotState:
+    """Marks the masked slots done (their rows were finished on the host)."""
+    return state.replace(done_S=state.done_S | slots_mask_S)

@@ -1,0 +1,294 @@
+"""The rollout engine: continuous batching over a paged KV cache.
+
+    engine = RolloutEngine(model, tokenizer, slots=64)
+    completions = engine.generate(prompts, SamplingParams(max_new_tokens=64, temperature=0.7, n=4))
+
+    # request level (e.g. a server, or rollouts with their own budgets):
+    ids = [engine.submit(p, SamplingParams(max_new_tokens=m, n=4, seed=s)) for p, m, s in work]
+    results = engine.collect()            # {request id: [Completion] * n}, runs until all finished
+    # or engine.step() repeatedly: one iteration, returns the requests that finished in it
+
+`generate` is a drop-in for `Sampler.generate`: same arguments, same `Completion`s in the same row
+order (prompt-major, then sample), the same PRNG keys per (prompt, sample, position), so greedy
+tokens and sampled draws agree with the static sampler's up to float32 rounding of the logits.
+
+How it runs: a fixed number of decode slots. Each iteration (1) admits queued requests into free
+slots (`Scheduler.admit`: n slots and the blocks of their reservation) and prefills them in one
+call, (2) runs a decode chunk of `chunk_steps` steps over every slot, attending over the live
+blocks only, (3) reads which rows finished (EOS, budget, capacity on the device; stop strings on
+the host), returns their slots and, with the last row of a request, its blocks. A finished row's
+slot is therefore refilled within one chunk, while the other rows keep decoding: no row waits for
+the longest row of its batch, and the prompt's cache is never copied per sample (see
+`paged_cache`). The block pool is sized from the queued work when `num_blocks` is None (enough
+for the first `slots` rows' reservations) and grows only while no row runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import jax
+import numpy as np
+from flax import nnx
+
+from reasoner.sampling import engine as static_engine
+from reasoner.sampling import paged_device as dev
+from reasoner.sampling.buckets import bucket_length, right_pad
+from reasoner.sampling.paged_cache import BlockAllocator, empty_pools, pool_bytes, prompt_writes
+from reasoner.sampling.params import SamplingParams, validate_prompts
+from reasoner.sampling.processors import row_keys
+from reasoner.sampling.results import Completion
+from reasoner.sampling.scheduler import Distribution, RolloutRequest, Row, Scheduler
+from reasoner.sampling.stops import RowText, decode
+
+STOP = 3
+_REASONS = {static_engine.EOS: "eos", static_engine.LENGTH: "length", STOP: "stop"}
+DEFAULT_MAX_LEN = 2048
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+class RolloutEngine:
+    """Continuous-batching generation over one model (any `Decoder`, with or without LoRA).
+
+    slots: rows decoded at once. block_size: positions per KV block. num_blocks: pool size
+    (None: sized from the queued work). chunk_steps: decode steps between host checks (a finished
+    row waits at most this many steps for its slot to be refilled). max_len: the longest row
+    (prompt + tokens) a request may ask for.
+    """
+
+    def __init__(self, model, tokenizer=None, *, slots: int = 32, block_size: int = 16, num_blocks: int | None = None,
+                 chunk_steps: int = 8, max_len: int = DEFAULT_MAX_LEN):
+        for name, value, low in (("slots", slots, 1), ("block_size", block_size, 1), ("chunk_steps", chunk_steps, 1),
+                                 ("max_len", max_len, 2)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}={value!r}: expected an int >= {low}")
+        if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 2):
+            raise ValueError(f"num_blocks={num_blocks!r}: expected None or an int >= 2")
+        self.cfg = model.cfg
+        self.graphdef, self.params = nnx.split(model)
+        self.tokenizer = tokenizer
+        self.slots, self.block_size, self.chunk_steps, self.max_len = slots, block_size, chunk_steps, max_len
+        self.fixed_blocks = num_blocks
+        self.sched = Scheduler(slots=slots, allocator=BlockAllocator(num_blocks or 2), block_size=block_size)
+        self.state: dev.SlotState | None = None
+        self._max_new = 0
+        self._ids = itertools.count()
+        self._finished: dict[int, RolloutRequest] = {}
+        self.stats = {"prefill_calls": 0, "decode_chunks": 0, "decode_steps": 0}
+
+    # ----------------------------------------------------------------------------------------- API
+    def generate(self, prompts, params: SamplingParams, *, max_len: int | None = None) -> list[Completion]:
+        """P prompts x n samples, in row order (see the module docstring); the engine must be idle."""
+        if self.sched.rows or self.sched.queue:
+            raise RuntimeError("generate: the engine is running submitted requests; collect() them first")
+        prompts = self._check_prompts(prompts, params, max_len=max_len)
+        cap = max_len if max_len is not None else bucket_length(max(len(p) for p in prompts) + params.max_new_tokens)
+        ids = [self.submit(p, params, prompt_index=i, max_len=cap) for i, p in enumerate(prompts)]
+        done = self.collect()
+        return [c for rid in ids for c in done[rid]]
+
+    def submit(self, prompt, params: SamplingParams, *, prompt_index: int = 0, max_len: int | None = None,
+               budgets=None) -> int:
+        """Queues one prompt (token ids or a str); returns its request id. `prompt_index` enters the
+        PRNG keys (sample j of a request draws with `row_keys(seed, prompt_index, j)`). `budgets`:
+        optional per-sample token budgets (n ints in [1, params.max_new_tokens]) instead of
+        `params.max_new_tokens` for every sample; each sample reserves blocks for its own budget."""
+        if isinstance(prompt, str):
+            prompt = self._encode(prompt)
+        limit = self.max_len if max_len is None else min(max_len, self.max_len)
+        (prompt,) = self._check_prompts([prompt], params, max_len=limit)
+        if params.n > self.slots:
+            raise ValueError(f"n={params.n}: a request's samples run together; expected at most slots={self.slots}")
+        if budgets is None:
+            budgets = (params.max_new_tokens,) * params.n
+        budgets = tuple(budgets)
+        if len(budgets) != params.n or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or
+                                           not 1 <= b <= params.max_new_tokens for b in budgets):
+            raise ValueError(f"budgets={budgets!r}: expected n={params.n} ints in [1, {params.max_new_tokens}]")
+        budgets = tuple(int(b) for b in budgets)
+        req = RolloutRequest(request_id=next(self._ids), prompt=prompt, params=params,
+                             distribution=Distribution.of(params, self._eos(params)),
+                             capacities=tuple(min(len(prompt) + b, limit) for b in budgets), budgets=budgets,
+                             prompt_index=prompt_index)
+        req.results = [None] * params.n
+        if self.fixed_blocks is not None and self.sched.blocks_for(req) > self.fixed_blocks - 1:
+            raise ValueError(f"request of {len(prompt)} prompt tokens x n={params.n} up to {max(req.capacities)} positions "
+                             f"needs {self.sched.blocks_for(req)} blocks; the pool has {self.fixed_blocks - 1}")
+        self.sched.queue.append(req)
+        return req.request_id
+
+    def collect(self) -> dict[int, list[Completion]]:
+        """Runs until every submitted request has finished; returns (and forgets) all finished ones."""
+        while self.sched.queue or self.sched.rows:
+            self.step()
+        out = {rid: req.results for rid, req in self._finished.items()}
+        self._finished.clear()
+        return out
+
+    def step(self) -> dict[int, list[Completion]]:
+        """One iteration (admit + prefill, one decode chunk, harvest); returns requests finished in it."""
+        before = set(self._finished)
+        self._admit()
+        if self.sched.rows:
+            self._harvest()  # rows may finish on their first token
+        if self.sched.rows:
+            self._decode_chunk()
+            self._harvest()
+        return {rid: self._finished[rid].results for rid in self._finished if rid not in before}
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of the block pool now allocated."""
+        return pool_bytes(self.cfg, num_blocks=self.sched.alloc.num_blocks, block_size=self.block_size)
+
+    # ------------------------------------------------------------------------------------ internals
+    def _check_prompts(self, prompts, params, *, max_len):
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
+        if not isinstance(prompts, (list, tuple)):
+            raise ValueError(f"prompts: expected a list of token-id lists or strings, got {type(prompts).__name__}")
+        prompts = [self._encode(p) if isinstance(p, str) else p for p in prompts]
+        limit = max_len if max_len is not None else max(len(p) for p in prompts) + params.max_new_tokens + 1
+        if not isinstance(limit, int) or limit < 2:
+            raise ValueError(f"max_len={limit!r}: expected an int >= 2")
+        rows = validate_prompts(prompts, vocab_size=self.cfg.vocab_size, max_len=limit)
+        params.check_against(vocab_size=self.cfg.vocab_size, max_len=limit, tokenizer=self.tokenizer)
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop strings need a tokenizer: pass one to RolloutEngine(model, tokenizer)")
+        return rows
+
+    def _encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise ValueError("a str prompt needs a tokenizer: pass one to RolloutEngine(model, tokenizer)")
+        from reasoner.tokenization import encode
+
+        return encode(self.tokenizer, text)
+
+    def _eos(self, params: SamplingParams) -> tuple[int, ...]:
+        if params.eos_ids is not None:
+            return tuple(params.eos_ids)
+        if self.tokenizer is not None:
+            from reasoner.tokenization import stop_token_ids
+
+            return tuple(stop_token_ids(self.tokenizer))
+        return () if self.cfg.eos_token_id is None else (int(self.cfg.eos_token_id),)
+
+    def _prepare_idle(self) -> None:
+        """With no row running: size the pool for the queued work and the token buffers for the
+        longest budget; switch the sampling distribution to the queue head's."""
+        q = self.sched.queue
+        head = q[0]
+        if self.fixed_blocks is None:
+            want, slots = 1, 0
+            for req in q:
+                if slots + req.n > self.slots:
+                    break
+                want += self.sched.blocks_for(req)
+                slots += req.n
+            if want > self.sched.alloc.num_blocks:
+                self.sched.alloc = BlockAllocator(want)
+                self.state = None
+        elif self.sched.alloc.num_blocks != self.fixed_blocks:
+            self.sched.alloc = BlockAllocator(self.fixed_blocks)
+            self.state = None
+        longest = _pow2(max(max(r.budgets) for r in q))
+        dist = head.distribution
+        if self.state is None or longest > self._max_new or dist != self.sched.distribution:
+            pools = self.state.pools if self.state is not None else empty_pools(
+                self.cfg, num_blocks=self.sched.alloc.num_blocks, block_size=self.block_size)
+            self._max_new = max(longest, self._max_new if self.state is not None else 0)
+            key_width = jax.random.key_data(jax.random.key(0)).shape[-1]
+            self.state = dev.empty_state(pools, slots=self.slots, max_new=self._max_new,
+                                         eos_ids_E=np.asarray(dist.eos_ids or (-1,), np.int32),
+                                         temperature=dist.temperature, top_p=dist.top_p, key_width=key_width)
+            self.sched.distribution = dist
+
+    def _admit(self) -> None:
+        if not self.sched.queue:
+            return
+        if not self.sched.rows:
+            self._prepare_idle()
+        admitted = self.sched.admit()
+        if not admitted:
+            return
+        bs, S = self.block_size, self.slots
+        reqs = [r for r, _ in admitted]
+        P = _pow2(len(reqs))
+        T = bucket_length(max(len(r.prompt) for r in reqs))
+        rows = [(i, j, s) for i, (r, slots) in enumerate(admitted) for j, s in enumerate(slots)]
+        R = _pow2(len(rows))
+        tokens, segments, lengths = right_pad([r.prompt for r in reqs] + [[0]] * (P - len(reqs)), length=T)
+        src, blk, off = prompt_writes([r.layout for r in reqs], bucket=T, block_size=bs, entries=P * T + R * bs)
+        pad = R - len(rows)
+        row_prompt = np.asarray([i for i, _, _ in rows] + [0] * pad, np.int32)
+        row_slot = np.asarray([s for _, _, s in rows] + [S] * pad, np.int32)  # slot S: dropped
+        keys = self._row_keys(reqs, rows, R)
+        limit = np.asarray([reqs[i].budgets[j] for i, j, _ in rows] + [1] * pad, np.int32)
+        capacity = np.asarray([reqs[i].capacities[j] for i, j, _ in rows] + [2] * pad, np.int32)
+        self.state = dev.prefill_into_slots(
+            self.graphdef, self.params, self.state, tokens, segments, lengths, src, blk, off, row_prompt, row_slot,
+            keys, limit, capacity, spec=self.sched.distribution.spec)
+        self.stats["prefill_calls"] += 1
+        for i, j, s in rows:
+            r = reqs[i]
+            text = RowText(self.tokenizer, r.params.stop) if r.params.stop else None
+            self.sched.rows[s] = Row(request=r, sample=j, slot=s, text=text)
+
+    @staticmethod
+    def _row_keys(reqs, rows, R: int) -> np.ndarray:
+        """Raw key data [R, width] of `row_keys(seed, prompt_index, sample)`, one device call per seed."""
+        width = jax.random.key_data(jax.random.key(0)).shape[-1]
+        keys = np.zeros((R, width), np.uint32)
+        by_seed: dict[int, list[int]] = {}
+        for k, (i, _, _) in enumerate(rows):
+            by_seed.setdefault(reqs[i].params.seed, []).append(k)
+        for seed, ks in by_seed.items():
+            data = jax.random.key_data(row_keys(seed, [reqs[rows[k][0]].prompt_index for k in ks],
+                                                [rows[k][1] for k in ks]))
+            keys[ks] = np.asarray(data)
+        return keys
+
+    def _decode_chunk(self) -> None:
+        lengths = np.asarray(jax.device_get(self.state.length_S))
+        J = self.sched.live_blocks(lengths, self.chunk_steps)
+        table = self.sched.table[:, :J]
+        self.state = dev.decode_chunk(self.graphdef, self.params, self.state, table, self.chunk_steps,
+                                      spec=self.sched.distribution.spec)
+        self.stats["decode_chunks"] += 1
+
+    def _harvest(self) -> None:
+        s = self.state
+        count, done, finish, tokens = jax.device_get((s.count_S, s.done_S, s.finish_S, s.tokens_SxN))
+        ended: dict[int, tuple[int, int]] = {}  # slot -> (finish code, tokens kept)
+        for slot, row in list(self.sched.rows.items()):
+            c = int(count[slot])
+            if row.text is not None and c > row.seen:
+                keep = row.text.append(tokens[slot, row.seen:c])
+                row.seen = c
+                if keep is not None:
+                    ended[slot] = (STOP, keep)
+                    continue
+            if done[slot]:
+                ended[slot] = (int(finish[slot]), c)
+        if not ended:
+            return
+        slp, mlp = jax.device_get((s.sample_logp_SxN, s.model_logp_SxN))
+        mask = np.zeros(self.slots, bool)
+        for slot, (code, keep) in ended.items():
+            mask[slot] = True
+            row = self.sched.finish_row(slot)
+            req = row.request
+            toks = np.asarray(tokens[slot, :keep]).copy()
+            if row.text is not None:
+                text = row.text.text
+            else:
+                text = decode(self.tokenizer, toks) if self.tokenizer is not None else ""
+            req.results[row.sample] = Completion(
+                tokens=toks, text=text, finish_reason=_REASONS[code], sample_logprobs=slp[slot, :keep].copy(),
+                model_logprobs=mlp[slot, :keep].copy(), prompt_index=req.prompt_index, sample_index=row.sample)
+            if req.request_id not in self.sched.running:
+                self._finished[req.request_id] = req
+        if any(code == STOP for code, _ in ended.values()):
+            self.state = dev.retire(self.state, mask)
