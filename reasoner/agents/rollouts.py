@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from reasoner.agents.policies import TOOLS
 from reasoner.agents.scratchpad import T_MAX, Trajectory, run_scratchpad
 from reasoner.metrics.smt import smt_metrics
 from reasoner.tasks.logic_llm import LogicProblem, check_correct, render_messages
@@ -19,6 +20,7 @@ class RolloutSet:
     pairs: list[dict]  # DPO triples, Silver traces first as hard negatives
     metrics: dict
     failures: list[dict] = dataclasses.field(default_factory=list)  # {"id", "error"} per infrastructure failure
+    sft: list[dict] = dataclasses.field(default_factory=list)  # Gold trajectories as multi-turn SFT records
 
 
 def rollout_logic(policy, problems: list[LogicProblem], *, runner, samples: int = 1, t_max: int = T_MAX,
@@ -45,5 +47,21 @@ def rollout_logic(policy, problems: list[LogicProblem], *, runner, samples: int 
     metrics = smt_metrics(trajectories, entities)
     metrics["labels"] = {label: sum(c.label == label for c in curated) for label in ("gold", "silver", "rejected")}
     metrics["infrastructure_failures"] = len(failed)
-    return RolloutSet(trajectories, rows, dpo_pairs(trajectories, curated), metrics,
-                      failures=[{"id": t.problem_id, "error": t.failure} for t in failed])
+    pairs = [pair | {"tools": TOOLS} for pair in dpo_pairs(trajectories, curated)]
+    return RolloutSet(trajectories, rows, pairs, metrics,
+                      failures=[{"id": t.problem_id, "error": t.failure} for t in failed],
+                      sft=sft_records(trajectories, curated))
+
+
+def sft_records(trajectories, curated) -> list[dict]:
+    """The Gold trajectories as multi-turn SFT records (`reasoner.data.chat_jsonl`): the prompt messages up to
+    the first user turn, then every assistant and tool turn (the loss trains the assistant turns only), with the
+    scratchpad's tool schema so training renders them as the scratchpad does at inference."""
+    out = []
+    for traj, cur in zip(trajectories, curated):
+        if cur.label != "gold":
+            continue
+        cut = next(i + 1 for i, m in enumerate(traj.messages) if m["role"] == "user")
+        turns = [{k: v for k, v in m.items() if k in ("role", "content", "name")} for m in traj.messages[cut:]]
+        out.append({"id": traj.problem_id, "prompt": traj.messages[:cut], "completion": turns, "tools": TOOLS})
+    return out

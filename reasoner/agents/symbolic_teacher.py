@@ -2,13 +2,16 @@
 
 For the datasets whose theories we parse (ProofWriter and ProntoQA through `reasoner.data.proofwriter_english`,
 FOLIO through its FOL annotations and `reasoner.tasks.fol`) the teacher writes the SMT-LIB encoding of the theory
-and question and plays the scratchpad protocol as a policy (`respond`), so `run_scratchpad` runs its calls through
-the real Z3 runner and records real observations. Its episode, for statement S over premises P:
+and question and plays the scratchpad protocol as a policy (`respond`), so `run_scratchpad` runs its call through the real Z3
+runner and records the real observation. Its episode, for statement S over premises P:
 
-  turn 1  the formalization, then z3_solve(P + (not S)): unsat means S is entailed;
-  turn 2  reads that verdict, then z3_solve(P + S): unsat means S is refuted;
-  turn 3  reads both verdicts and calls finish with the option letter:
+  turn 1  the formalization, then one z3_solve call checking both directions in one script with push / pop:
+          P + (not S) first (unsat: S is entailed), then P + S (unsat: S is refuted);
+  turn 2  reads the two verdicts from Z3's output and calls finish with the option letter:
           entailed only -> True; refuted only -> False; neither (both sat) -> Unknown / Uncertain.
+
+One call rather than two keeps the trajectories short (the premises are written once: ~1,100 SmolLM2 tokens for a
+ProofWriter depth-5 theory instead of ~1,900), which is what a CPU-sized SFT can afford.
 
 Choices where the paper is silent (its teachers are LLMs): the premises are read classically (the negation in
 "Bob is not red" is logical negation, so Z3 may also reason by contraposition, which ProofWriter's own forward
@@ -41,6 +44,14 @@ class Encoding:
     declarations: tuple[str, ...]
     assertions: tuple[str, ...]
     statement: str
+
+    def both_directions(self) -> str:
+        """One script, the premises written once: (check-sat) of P + (not S), then of P + S, each in push / pop."""
+        checks = [f"; {what}\n(push 1)\n(assert {goal})\n(check-sat)\n(pop 1)" for what, goal in (
+            ("1. the premises with the negated statement: unsat means the statement is entailed",
+             f"(not {self.statement})"),
+            ("2. the premises with the statement: unsat means the statement is refuted", self.statement))]
+        return "\n".join((*self.declarations, *self.assertions, *checks))
 
     def script(self, *, negated: bool) -> str:
         """A self-contained script: the premises plus the statement (negated: its negation), then (check-sat)."""
@@ -100,16 +111,18 @@ def _tool_call(name: str, arguments: dict) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
-def _verdicts(messages: list[dict]) -> list[str | None]:
-    """The `sat_result` of every tool observation in the conversation, in order (None where unreadable)."""
-    out = []
-    for message in messages:
+def _verdicts(messages: list[dict]) -> list[str]:
+    """The verdict lines (sat / unsat / unknown) of the last tool observation's Z3 output, in order."""
+    for message in reversed(messages):
         if message.get("role") == "tool":
             try:
-                out.append(json.loads(message.get("content") or "{}").get("sat_result"))
-            except (json.JSONDecodeError, AttributeError):
-                out.append(None)
-    return out
+                payload = json.loads(message.get("content") or "{}")
+            except json.JSONDecodeError:
+                return []
+            output = payload.get("output") if isinstance(payload, dict) else None
+            return [line.strip() for line in str(output or "").splitlines()
+                    if line.strip() in ("sat", "unsat", "unknown")]
+    return []
 
 
 def decide(entailment: str | None, refutation: str | None, labels: dict[str, str]) -> str:
@@ -123,7 +136,7 @@ def decide(entailment: str | None, refutation: str | None, labels: dict[str, str
 
 
 class SymbolicTeacher:
-    """A `Policy` that answers each problem's scratchpad conversation with the three turns above.
+    """A `Policy` that answers each problem's scratchpad conversation with the two turns above.
 
     `problems` pairs each `LogicProblem` with its `Encoding`; conversations are matched to problems by their user
     message (`render_prompt(problem)`), so several samples of one problem all get the same (deterministic) episode.
@@ -144,21 +157,16 @@ class SymbolicTeacher:
         turn = sum(m["role"] == "assistant" for m in messages)
         if turn == 0:
             text = ("I formalize the premises in SMT-LIB: one sort of entities, a Boolean predicate per property or "
-                    "relation, each rule as a universally quantified implication. If the premises together with "
-                    "the negation of the statement are unsatisfiable, the statement is entailed.\n"
-                    + _tool_call("z3_solve", {"smt_code": encoding.script(negated=True), "timeout": self.timeout_s}))
-        elif turn == 1:
-            verdict = (_verdicts(messages) or [None])[-1]
-            text = (f"Z3 answered {verdict} for the premises with the negated statement"
-                    f"{': the statement is entailed' if verdict == 'unsat' else ''}. Now the other direction: if "
-                    "the premises with the statement itself are unsatisfiable, the statement is refuted.\n"
-                    + _tool_call("z3_solve", {"smt_code": encoding.script(negated=False), "timeout": self.timeout_s}))
+                    "relation, each rule as a universally quantified implication. Then I check both directions: "
+                    "if the premises with the negated statement are unsatisfiable, the statement is entailed; if "
+                    "the premises with the statement are unsatisfiable, it is refuted.\n"
+                    + _tool_call("z3_solve", {"smt_code": encoding.both_directions(), "timeout": self.timeout_s}))
         else:
             entailment, refutation = (_verdicts(messages) + [None, None])[:2]
             letter = decide(entailment, refutation, problem.labels)
             option = next((o for o in problem.options if o.startswith(letter + ")")), letter)
-            text = (f"Negated statement: {entailment}; statement: {refutation}. So the answer is {option}.\n"
-                    + _tool_call("finish", {"answer": letter}))
+            text = (f"With the negated statement Z3 says {entailment}; with the statement, {refutation}. "
+                    f"So the answer is {option}.\n" + _tool_call("finish", {"answer": letter}))
         return Reply(text, completion_tokens=len(text.split()))
 
 

@@ -65,7 +65,8 @@ def register(subparsers) -> None:
                          help="cap of one z3_solve call, seconds")
     rollout.add_argument("--workers", type=positive_number(int), default=2)
     rollout.add_argument("--out", required=True, help="JSONL file for the trajectories")
-    rollout.add_argument("--dpo-out", help="JSONL file for the DPO triples")
+    rollout.add_argument("--dpo-out", help="JSONL file for the DPO triples (multi-turn chosen / rejected)")
+    rollout.add_argument("--sft-out", help="JSONL file for the Gold trajectories as multi-turn SFT records")
     rollout.set_defaults(func=run_rollout)
 
     from reasoner.cli import smt_eval
@@ -174,6 +175,8 @@ def run_rollout(args) -> int:
     _write_jsonl(args.out, result.rows, append=True)
     if args.dpo_out:
         _write_jsonl(args.dpo_out, result.pairs, append=True)
+    if args.sft_out:
+        _write_jsonl(args.sft_out, result.sft, append=True)
     for failure in result.failures:
         print(json.dumps({"infrastructure_failure": failure}), file=sys.stderr)
     print(json.dumps({"dataset": args.dataset, "problems": len(problems), "resumed_skipped": len(done),
