@@ -79,3 +79,25 @@ def test_math_shepherd_drops_earliest_steps_when_too_long(tiny_model, tokenizer)
     assert "Step 12:" in text and "Step 1:" not in text  # numbering keeps its offset
     with pytest.raises(ValueError, match="one token each"):
         MathShepherdPRM(tiny_model, tokenizer, good="qz7+", bad="wx9-")
+
+
+def test_astar_step_prm_accepts_a_proof_step_by_step_and_rejects_a_broken_step():
+    from reasoner.agents.rlot.prm import AStarStepPRM
+    from reasoner.data.astar_traces import deeprd_records
+    from reasoner.data.deeprd import DeepRDSpec
+    from reasoner.tasks.astar import problem_from_record, sft_completion
+
+    spec = DeepRDSpec(min_lookahead=2, max_lookahead=3, min_branches=2, max_branches=2, extra_ratio=0.0, max_degree=3)
+    problems = [problem_from_record(r) for r in deeprd_records(seed=0, split="test", size=3, spec=spec)]
+    questions = [p.verbalizer.context(p.goal) for p in problems]
+    prm = AStarStepPRM(dict(zip(questions, problems)))
+    for q, p in zip(questions, problems):
+        blocks = [b for b in sft_completion(p).split("\n\n") if b.strip()]
+        assert len(blocks) >= 2
+        scores = [prm.score([q], [blocks[:k + 1]])[0] for k in range(len(blocks))]
+        assert scores == [1.0] * len(blocks)  # every A* push is a valid step given the earlier ones
+        # the goal's step alone (lookahead >= 2: its premise is derived, not a fact) is not verifiable
+        assert prm.score([q], [blocks[-1:]])[0] == 0.0
+        assert prm.score([q], [blocks[:1] + ["Since nothing holds, everything follows."]])[0] == 0.0
+    with pytest.raises(KeyError, match="no logic program"):
+        prm.score(["unknown question"], [["step"]])

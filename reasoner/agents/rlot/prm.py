@@ -12,6 +12,7 @@ Implementations:
     padded batch; only the last tag's hidden state is projected onto the vocabulary.
   * `VerifierPRM(check)`: a host verifier of the latest step (`check(question, steps) -> float`), e.g.
     `arithmetic_check`, which recomputes every `expression = value` written in the step (GSM8K-style steps).
+  * `AStarStepPRM(problems)`: the A* step verifier on proof steps of logic programs (DeepRD, ProofWriter).
   * `OutcomeOnlyPRM()`: 0 after every non-terminal block (only the outcome reward remains).
 """
 
@@ -169,3 +170,33 @@ def arithmetic_check(question: str, steps: Sequence[str]) -> float:
         want = float(value.replace(",", ""))
         verdicts.append(abs(got - want) <= 0.05 + 1e-9 * abs(want))
     return float(np.mean(verdicts)) if verdicts else 0.5
+
+
+class AStarStepPRM:
+    """The A* step verifier as a PRM for proof problems (DeepRD / ProofWriter logic programs).
+
+    problems: {question text: `reasoner.tasks.astar.AStarProblem`}; the thought's steps are read as proof blocks
+    with the problem's verbalizer (`search.parse`), verified in order against its hypergraph (`search.verify`):
+    the latest step scores 1.0 when it holds at least one block and every block of it is a ground instance of a
+    program rule whose premises are axioms or conclusions of earlier valid blocks, else 0.0.
+    """
+
+    def __init__(self, problems):
+        self.problems = dict(problems)
+        self.calls = 0
+
+    def score(self, questions, steps) -> np.ndarray:
+        from search.parse import parse_trace
+        from search.verify import verify_steps
+
+        self.calls += 1
+        out = []
+        for q, s in zip(questions, steps):
+            if q not in self.problems:
+                raise KeyError(f"AStarStepPRM: no logic program for the question starting {q[:60]!r}")
+            problem = self.problems[q]
+            before = len(parse_trace("\n\n".join(s[:-1]), problem.verbalizer).steps)
+            parsed = parse_trace("\n\n".join(s), problem.verbalizer).steps
+            latest = verify_steps(problem.scorer.hg, problem.scorer.goal_id, parsed).valid[before:]
+            out.append(1.0 if latest and all(latest) else 0.0)
+        return np.asarray(out, np.float32)
