@@ -159,6 +159,9 @@ def test_host_files_are_hidden(secret_file):
             f"    except OSError as err:\n        return [seen, type(err).__name__]\n")
     outcome = _run_payload(code, LIMITS, audit_hook=False)
     assert outcome.got == [[[], [], [], []], "FileNotFoundError"], outcome
+    if os.path.exists("/etc/shadow") and not os.stat("/etc/shadow").st_mode & 0o004:  # visible, root-only
+        shadow = "def transform(x):\n    return open('/etc/shadow').read()\n"
+        assert _run_payload(shadow, LIMITS, audit_hook=False).error.startswith("PermissionError")
 
 
 @STRICT
