@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import threading
 import time
 import uuid
 from typing import Iterator
@@ -48,6 +49,8 @@ class ChatService:
         from reasoner.tokenization import stop_token_ids
 
         self.eos_ids = frozenset(stop_token_ids(tokenizer))
+        # a fast tokenizer's __call__ resets its Rust truncation/padding state: concurrent calls can collide
+        self._tokenizer_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------ preparing
     def prepare(self, body) -> Prepared:
@@ -57,24 +60,31 @@ class ChatService:
         if req.top_logprobs:
             raise RequestError("top_logprobs: expected 0 or absent (the sampler records only the chosen token's "
                                "log-prob)", param="top_logprobs")
-        try:
-            text = render_prompt(self.tokenizer, req.messages, req.tools)
-        except Exception as err:  # noqa: BLE001 - jinja raises TemplateError (and others) on messages it refuses
-            raise RequestError(f"messages: the chat template refused them ({' '.join(str(err).split())})",
-                               param="messages") from None
-        ids = tuple(encode(self.tokenizer, text))
+        with self._tokenizer_lock:
+            try:
+                text = render_prompt(self.tokenizer, req.messages, req.tools)
+            except Exception as err:  # noqa: BLE001 - jinja raises TemplateError (and others) on messages it refuses
+                raise RequestError(f"messages: the chat template refused them ({' '.join(str(err).split())})",
+                                   param="messages") from None
+            ids = tuple(encode(self.tokenizer, text))
         max_len = self.backend.max_len
         room = max_len - len(ids)
         wanted = req.max_tokens if req.max_tokens is not None else min(self.default_max_tokens, room)
-        if room < 1 or len(ids) + wanted > max_len:
+        if room < 1:
+            raise RequestError(
+                f"messages: this server's context is {max_len} tokens (prompt + completion) and the prompt alone has "
+                f"{len(ids)}: shorten the messages", param="messages", code="context_length_exceeded")
+        if len(ids) + wanted > max_len:
             raise RequestError(
                 f"messages: this server's context is {max_len} tokens (prompt + completion); the prompt has "
                 f"{len(ids)} tokens and max_tokens is {wanted}: shorten the messages or lower max_tokens",
-                param="messages" if room < 1 else "max_tokens", code="context_length_exceeded")
+                param="max_tokens", code="context_length_exceeded")
         try:
             params = SamplingParams(max_new_tokens=wanted, temperature=req.temperature, top_p=req.top_p,
                                     top_k=req.top_k, n=req.n, seed=req.seed or 0, stop=req.stop)
-            params.check_against(vocab_size=self.backend.vocab_size, max_len=max_len + 1, tokenizer=self.tokenizer)
+            with self._tokenizer_lock:
+                params.check_against(vocab_size=self.backend.vocab_size, max_len=max_len + 1,
+                                     tokenizer=self.tokenizer)
         except ValueError as err:
             param = "stop" if "stop string" in str(err) else "top_k" if "top_k" in str(err) else None
             raise RequestError(str(err), param=param) from None
