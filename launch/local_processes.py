@@ -43,6 +43,8 @@ def run(command: list[str], *, processes: int, devices_per_process: int, timeout
             REASONER_NUM_PROCESSES=str(processes),
             REASONER_PROCESS_ID=str(pid),
             JAX_PLATFORMS="cpu",
+            # all processes share this host's cores: a busy one may miss JAX's 100 s heartbeat window
+            REASONER_HEARTBEAT_TIMEOUT_S=os.environ.get("REASONER_HEARTBEAT_TIMEOUT_S", "900"),
             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}",
         )
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -89,6 +89,24 @@ def _auto_detectable(env) -> bool:
 _initialized = False
 
 
+def _timeouts(env) -> dict[str, int]:
+    """`REASONER_HEARTBEAT_TIMEOUT_S` -> jax.distributed's heartbeat timeout (JAX's default, 100 s, otherwise).
+
+    A peer that sends no heartbeat for that long is declared dead and the whole job stops; processes
+    sharing an oversubscribed host (`launch/local_processes.py`) can miss that, so the launcher raises it.
+    """
+    value = env.get("REASONER_HEARTBEAT_TIMEOUT_S", "")
+    if not value:
+        return {}
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = 0
+    if seconds < 1:
+        raise ValueError(f"REASONER_HEARTBEAT_TIMEOUT_S={value!r}: expected a whole number of seconds >= 1")
+    return {"heartbeat_timeout_seconds": seconds}
+
+
 def maybe_initialize() -> ClusterSpec:
     """Joins the multi-process job if there is one; idempotent. Returns this process's place.
 
@@ -110,15 +128,18 @@ def maybe_initialize() -> ClusterSpec:
             coordinator_address=spec.coordinator_address,
             num_processes=spec.num_processes,
             process_id=spec.process_id,
+            **_timeouts(os.environ),
         )
         _initialized = True
+        jax.devices()  # every process brings its backend up now, together (lazily, a slow peer times the rest out)
         _announce(spec)
         return spec
     if spec is None and _auto_detectable(os.environ):  # REASONER_* explicit always wins
         import jax
 
-        jax.distributed.initialize()
+        jax.distributed.initialize(**_timeouts(os.environ))
         _initialized = True
+        jax.devices()
         spec = ClusterSpec(None, jax.process_count(), jax.process_index())
         _announce(spec)
         return spec
@@ -143,6 +164,36 @@ def process_index() -> int:
         return jax.process_index()
     spec = cluster_from_env()
     return spec.process_id if spec is not None else 0
+
+
+def barrier(name: str, *, timeout_s: float = 3600.0) -> None:
+    """Waits until every process of the job reaches `barrier(name)`; a no-op in a single process.
+
+    Uses the coordinator's key-value service, not a device collective, so it works before any device work
+    and around host-only steps (building a dataset, writing a file that the others then read).
+    """
+    jax = sys.modules.get("jax")
+    if jax is None or not jax.distributed.is_initialized() or jax.process_count() == 1:
+        return
+    from jax._src import distributed as jax_distributed
+
+    jax_distributed.global_state.client.wait_at_barrier(f"reasoner:{name}", int(timeout_s * 1000))
+
+
+def primary_first(name: str, fn, *, timeout_s: float = 3600.0):
+    """Runs `fn()` on process 0, then (after a barrier) on every other process; returns its result.
+
+    For host work that must happen once per job before the others use it, e.g. building a TFDS dataset
+    in a shared directory: process 0 builds, the others then find it built and only read it.
+    """
+    if process_index() == 0:
+        try:
+            result = fn()
+        finally:
+            barrier(name, timeout_s=timeout_s)
+        return result
+    barrier(name, timeout_s=timeout_s)
+    return fn()
 
 
 def is_primary() -> bool:

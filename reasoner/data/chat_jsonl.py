@@ -159,7 +159,11 @@ def build_chat_dataset(jsonl_dir, *, kind: str, data_dir) -> dict[str, DecodedSo
     # the data_dir is keyed by the files' fingerprint, so edited files are rebuilt rather than served stale
     data_dir = pathlib.Path(data_dir) / f"chat_jsonl_{_fingerprint(root)}"
     builder = ChatJsonl(config=kind, data_dir=str(data_dir), file_format="array_record")
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(root)))
+    # one build per job: process 0 writes the shared data_dir, the other processes then only open it
+    from reasoner.distributed import primary_first
+
+    primary_first(f"chat_jsonl:{data_dir}:{kind}", lambda: builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=str(root))))
     return {
         split: DecodedSource(builder.as_data_source(split=split), FIELDS[kind])
         for split in builder.info.splits.keys()
