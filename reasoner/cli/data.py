@@ -54,10 +54,12 @@ def _config_name(prefix: str, params: dict) -> str:
 
 
 def proofwriter_config_name(params: dict) -> str:
-    """The paper's selection (OWA, depth-5, shortest proof depth >= 3; raw release or its Logic-LLM form) is the
-    builder's registered config `owa_depth5`, the name the paper configs read (`proofwriter_astar/owa_depth5`);
-    any other selection gets a name hashed from its parameters."""
-    if (params["world"], params["depth_dir"], params["min_depth"]) == ("OWA", "depth-5", 3):
+    """The paper's selection from the raw release (OWA, depth-5, shortest proof depth >= 3, files found in the
+    manual dir) is the builder's registered config `owa_depth5`, the TFDS name configs/astar_paper.py reads
+    (`proofwriter_astar/owa_depth5`); any other selection gets a name hashed from its parameters (pass it as
+    `--config.data.tfds_name=proofwriter_astar/<name>`)."""
+    if not params["files"] and (params["source"], params["world"], params["depth_dir"], params["min_depth"]) == (
+            "raw", "OWA", "depth-5", 3):
         return "owa_depth5"
     return _config_name("proofwriter", params)
 
@@ -117,8 +119,10 @@ def _build_proofwriter(args) -> int:
         return 2
     params = {"source": args.source, "world": args.world, "depth_dir": args.depth_dir, "min_depth": args.min_depth,
               "files": files, "manual_dir": args.manual_dir}
-    config = ProofwriterConfig(name=proofwriter_config_name(params), source=args.source, world=args.world,
-                               depth_dir=args.depth_dir, min_depth=args.min_depth, files=files)
+    name = proofwriter_config_name(params)
+    config = name if name == "owa_depth5" else ProofwriterConfig(  # TFDS takes a registered config by name only
+        name=name, source=args.source, world=args.world, depth_dir=args.depth_dir, min_depth=args.min_depth,
+        files=files)
     builder = ProofwriterAstar(config=config, data_dir=args.data_dir, file_format="array_record")
     dl_config = tfds.download.DownloadConfig(manual_dir=args.manual_dir) if args.manual_dir else None
     empty = None
