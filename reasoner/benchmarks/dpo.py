@@ -85,6 +85,9 @@ def run(args) -> int:
                         unit="tok", extra={"benchmark": "dpo", "model": "smollm2-135m-instruct", "dtype": "float32",
                                            "pairs": args.batch, "seq_len": args.seq_len, "remat": args.remat,
                                            "ours_first_loss": round(ours_loss, 5)})
+    # chosen and rejected rows train; the reference model runs forward on both
+    result = tc.add_roofline(result, model.cfg, ours_times=ours_times, rows=2 * args.batch, seq_len=args.seq_len,
+                             forward_only_rows=2 * args.batch)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
 

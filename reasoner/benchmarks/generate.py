@@ -5,7 +5,11 @@ tokens (EOS disabled on both sides) after prompts of exactly `prompt_len` tokens
 text. Timings are interleaved (ours, baseline, ours, ...) so machine load hits both alike; each
 figure is a median of `--repeats` runs after one warm-up. `compile_s` is our first call's time
 minus our median (compilation and first-touch costs). One JSON object per setting:
-{"batch", "prompt_len", "new_tokens", "ours_tok_s", "baseline_tok_s", "ratio", "compile_s"}.
+{"batch", "prompt_len", "new_tokens", "ours_tok_s", "baseline_tok_s", "ratio", "compile_s",
+ "ours_decode_step_ms", "engine_tok_s", "engine_ratio", "engine_decode_step_ms"}.
+`*_decode_step_ms` is one decode step of the whole batch: the time of the decode phase alone (after the
+prefill has finished) over its steps; with batches 1 and 16 the two rows show how far the batched step is
+from the single-row one. `engine_*` is the rollout engine (`RolloutEngine`, paged cache, `batch` slots).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--no-engine", action="store_true", help="skip the rollout engine's figures")
     p.add_argument("--json", action="store_true", help="print only the JSON lines")
     p.set_defaults(func=run)
 
@@ -53,9 +58,12 @@ def run(args) -> int:
     from reasoner.tokenization import load_tokenizer
     from transformers import AutoModelForCausalLM
 
+    from reasoner.sampling.rollout_engine import RolloutEngine
+
     path = resolve(args.model)
     tokenizer = load_tokenizer(path)
-    ours = Sampler(load_model(path), tokenizer)
+    ours_model = load_model(path)
+    ours = Sampler(ours_model, tokenizer)
     torch.set_grad_enabled(False)
     theirs = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
                                                   dtype=torch.float32).eval()
@@ -91,9 +99,60 @@ def run(args) -> int:
             "batch": batch, "prompt_len": args.prompt_len, "new_tokens": N,
             "ours_tok_s": round(batch * N / ours_s, 2), "baseline_tok_s": round(batch * N / theirs_s, 2),
             "ratio": round(theirs_s / ours_s, 3), "compile_s": round(max(first - ours_s, 0.0), 2),
+            "ours_decode_step_ms": round(1e3 * _decode_step_s(
+                lambda: ours.start(prompts, params), lambda s: s.run(), steps=N - 1, repeats=args.repeats), 2),
         }
+        if not args.no_engine:
+            engine = RolloutEngine(ours_model, tokenizer, slots=batch, chunk_steps=N)
+            engine.generate(prompts, params)  # compile
+            times_engine = []
+            for _ in range(args.repeats):
+                t = time.perf_counter()
+                out = engine.generate(prompts, params)
+                times_engine.append(time.perf_counter() - t)
+                assert all(c.num_tokens == N for c in out)
+            engine_s = statistics.median(times_engine)
+            row.update(engine_tok_s=round(batch * N / engine_s, 2), engine_ratio=round(theirs_s / engine_s, 3),
+                       engine_decode_step_ms=round(1e3 * _engine_step_s(engine, prompts, params, steps=N - 1,
+                                                                        repeats=args.repeats), 2))
         if not args.json:
             row["ours_s"] = [round(x, 3) for x in times_ours]
             row["baseline_s"] = [round(x, 3) for x in times_theirs]
         print(json.dumps(row), flush=True)
     return 0
+
+
+def _decode_step_s(start, decode, *, steps: int, repeats: int) -> float:
+    """Median seconds per decode step: `start()` prefills (timed apart, waited for), `decode(session)` runs."""
+    import statistics
+    import time
+
+    import jax
+
+    times = []
+    for _ in range(repeats):
+        session = start()
+        jax.block_until_ready(session.state.count_B)
+        t = time.perf_counter()
+        decode(session)
+        times.append((time.perf_counter() - t) / steps)
+    return statistics.median(times)
+
+
+def _engine_step_s(engine, prompts, params, *, steps: int, repeats: int) -> float:
+    """The same for the rollout engine: admission and prefill first, then the decode chunks alone."""
+    import statistics
+    import time
+
+    import jax
+
+    times = []
+    for _ in range(repeats):
+        ids = [engine.submit(p, params, prompt_index=i) for i, p in enumerate(prompts)]
+        engine._admit()
+        jax.block_until_ready(engine.state.count_S)
+        t = time.perf_counter()
+        done = engine.collect()
+        times.append((time.perf_counter() - t) / steps)
+        assert sorted(done) == sorted(ids)
+    return statistics.median(times)

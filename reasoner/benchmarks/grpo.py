@@ -142,5 +142,26 @@ def run(args) -> int:
                          "ours_phase_s": {k: round(statistics.median(p[k] for p in phases), 2) for k in phases[0]},
                          "samples_per_step": args.prompts * args.generations, "new_tokens": args.new_tokens,
                          "device": jax.devices()[0].device_kind})
+    out = tc.add_roofline(out, model.cfg, ours_times=ours_times, **rollout_work(
+        model.cfg, tokenizer, prompts=args.prompts, generations=args.generations, new_tokens=args.new_tokens))
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
     return 0
+
+
+def rollout_work(cfg, tokenizer, *, prompts: int, generations: int, new_tokens: int) -> dict:
+    """The iteration's model FLOPs for `train_common.add_roofline`: the update trains prompts x G rows of
+    prompt + new tokens; the rollout prefills each prompt once and decodes `new_tokens` steps of prompts x G
+    rows (decode GEMMs have m = rows, so their shapes enter the measured GEMM rate as they are)."""
+    from reasoner.benchmarks.train_common import step_gemms
+    from reasoner.tokenization import chat_ids
+
+    lengths = [len(chat_ids(tokenizer, [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]))
+               for i in range(prompts)]
+    prompt_len = round(sum(lengths) / len(lengths))
+    rows = prompts * generations
+    decode = [(rows, k, n, c * new_tokens) for _, k, n, c in step_gemms(cfg, tokens=rows, backward=False)]
+    prefill = step_gemms(cfg, tokens=sum(lengths), backward=False)
+    # decode attention: each new token reads on average prompt + new/2 cached positions
+    decode_attn = 2 * 2 * rows * cfg.num_heads * cfg.head_dim * (prompt_len + new_tokens / 2) * cfg.num_layers
+    return dict(rows=rows, seq_len=prompt_len + new_tokens, extra_gemms=decode + prefill,
+                extra_flops=decode_attn * new_tokens)

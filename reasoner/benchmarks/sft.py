@@ -55,6 +55,7 @@ def run(args) -> int:
                         unit="tok", extra={"benchmark": "sft", "model": "smollm2-135m-instruct", "dtype": "float32",
                                            "batch": args.batch, "seq_len": args.seq_len, "remat": args.remat,
                                            "ours_first_loss": round(ours_loss, 5)})
+    result = tc.add_roofline(result, model.cfg, ours_times=ours_times, rows=args.batch, seq_len=args.seq_len)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
 

@@ -3,6 +3,11 @@
 Input lines: {"prompt": "user text"} (rendered with the chat template), {"messages": [...]}, or
 {"ids": [token ids]} (used as is). Output: one line per sample, in input order, with the input's
 line number, the sample index, text, tokens, finish reason and both log-prob lists.
+
+Rows run on the rollout engine (continuous batching: `--batch-size` x n decode slots; a finished row's
+slot takes the next prompt) unless `--mesh` is given (the engine's cache is not sharded yet) or
+`--static`. Either way prompt i draws with the keys the static batches would give it (seed + its batch's
+first line, its index in that batch), so outputs do not depend on the path.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--batch-size", type=int, default=16, help="prompts per device batch")
-    p.add_argument("--mesh", default=None, help="e.g. fsdp=4,tensor=2 (shards params and cache)")
+    p.add_argument("--mesh", default=None, help="e.g. fsdp=4,tensor=2 (shards params and cache; static sampler)")
+    p.add_argument("--static", action="store_true", help="static batches instead of the rollout engine")
     p.set_defaults(func=run)
 
 
@@ -72,8 +78,10 @@ def run(args) -> int:
         from reasoner.sharding import make_mesh
 
         mesh = make_mesh(args.mesh)
-    sampler = Sampler(load_model(path, mesh=mesh), tokenizer, mesh=mesh)
     total = len(prompts) * params.n * params.max_new_tokens
+    if mesh is None and not args.static:
+        return _run_engine(args, load_model(path), tokenizer, prompts, params, total=total)
+    sampler = Sampler(load_model(path, mesh=mesh), tokenizer, mesh=mesh)
     with open(args.output, "w") as out, tqdm(total=total, unit="tok", desc="generate", file=sys.stderr) as bar:
         for start in range(0, len(prompts), args.batch_size):
             batch = prompts[start:start + args.batch_size]
@@ -84,4 +92,36 @@ def run(args) -> int:
                 record = c.to_json()
                 record["line"] = start + c.prompt_index
                 out.write(json.dumps(record) + "\n")
+    return 0
+
+
+def _run_engine(args, model, tokenizer, prompts, params, *, total: int) -> int:
+    """All prompts through one `RolloutEngine`; lines are written in input order as soon as they are complete."""
+    import json
+    import sys
+
+    from tqdm import tqdm
+
+    from reasoner.sampling.rollout_engine import RolloutEngine
+
+    engine = RolloutEngine(model, tokenizer, slots=args.batch_size * params.n, chunk_steps=32,
+                           max_len=max(args.max_len or 0, max(len(p) for p in prompts) + params.max_new_tokens + 1))
+    line_of = {}
+    for i, p in enumerate(prompts):
+        start = i - i % args.batch_size
+        rid = engine.submit(p, params.replace(seed=params.seed + start), prompt_index=i - start, max_len=args.max_len)
+        line_of[rid] = i
+    done: dict[int, list] = {}
+    written = 0
+    with open(args.output, "w") as out, tqdm(total=total, unit="tok", desc="generate", file=sys.stderr) as bar:
+        while written < len(prompts):
+            for rid, completions in engine.step().items():
+                done[line_of[rid]] = completions
+                bar.update(params.n * params.max_new_tokens)
+            while written in done:
+                for c in done.pop(written):
+                    record = c.to_json()
+                    record["line"] = written
+                    out.write(json.dumps(record) + "\n")
+                written += 1
     return 0

@@ -21,6 +21,10 @@ slot is therefore refilled within one chunk, while the other rows keep decoding:
 the longest row of its batch, and the prompt's cache is never copied per sample (see
 `paged_cache`). The block pool is sized from the queued work when `num_blocks` is None (enough
 for the first `slots` rows' reservations) and grows only while no row runs.
+
+Limits today: one device (the static `Sampler` shards params and cache over a mesh; the pool is not
+sharded yet); a request's n samples are admitted together (n <= slots); blocks are reserved for a
+row's whole budget at admission, so nothing is ever preempted.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ class RolloutEngine:
     slots: rows decoded at once. block_size: positions per KV block. num_blocks: pool size
     (None: sized from the queued work). chunk_steps: decode steps between host checks (a finished
     row waits at most this many steps for its slot to be refilled). max_len: the longest row
-    (prompt + tokens) a request may ask for.
+    (prompt + tokens) of a request that does not name its own `max_len`.
     """
 
     def __init__(self, model, tokenizer=None, *, slots: int = 32, block_size: int = 16, num_blocks: int | None = None,
@@ -76,7 +80,7 @@ class RolloutEngine:
         self._max_new = 0
         self._ids = itertools.count()
         self._finished: dict[int, RolloutRequest] = {}
-        self.stats = {"prefill_calls": 0, "decode_chunks": 0, "decode_steps": 0}
+        self.stats = {"prefill_calls": 0, "decode_chunks": 0}
 
     # ----------------------------------------------------------------------------------------- API
     def generate(self, prompts, params: SamplingParams, *, max_len: int | None = None) -> list[Completion]:
@@ -97,7 +101,7 @@ class RolloutEngine:
         `params.max_new_tokens` for every sample; each sample reserves blocks for its own budget."""
         if isinstance(prompt, str):
             prompt = self._encode(prompt)
-        limit = self.max_len if max_len is None else min(max_len, self.max_len)
+        limit = self.max_len if max_len is None else max_len
         (prompt,) = self._check_prompts([prompt], params, max_len=limit)
         if params.n > self.slots:
             raise ValueError(f"n={params.n}: a request's samples run together; expected at most slots={self.slots}")
@@ -114,7 +118,8 @@ class RolloutEngine:
                              prompt_index=prompt_index)
         req.results = [None] * params.n
         if self.fixed_blocks is not None and self.sched.blocks_for(req) > self.fixed_blocks - 1:
-            raise ValueError(f"request of {len(prompt)} prompt tokens x n={params.n} up to {max(req.capacities)} positions "
+            raise ValueError(f"request of {len(prompt)} prompt tokens x n={params.n} up to {max(req.capacities)} "
+                             f"positions "
                              f"needs {self.sched.blocks_for(req)} blocks; the pool has {self.fixed_blocks - 1}")
         self.sched.queue.append(req)
         return req.request_id

@@ -1,0 +1,207 @@
+"""`reasoner bench rollout --json`: a GRPO-shaped rollout through the rollout engine, today's static
+sampler and transformers `generate`, side by side in one run.
+
+Workload: `--prompts` chat prompts (default 64) x `--samples` (4) samples each, temperature 1, EOS off;
+sample j of prompt i stops after its own budget, drawn once from a geometric distribution of mean
+`--mean-tokens` capped at `--max-tokens` (seeded; the same budgets for every system): the long tail of
+RL rollouts, where most completions are short and a few run to the cap.
+
+  - engine: `RolloutEngine.submit(prompt, n=samples, budgets=...)` for every prompt, then `collect()`:
+    each row stops at its budget and its slot takes the next request.
+  - static: `Sampler.generate(prompts, n=samples, max_new_tokens=max budget)`: one batch of all rows, as
+    GRPO calls it; a batch runs until its longest row ends, so every row computes the longest budget.
+  - hf: `model.generate(num_return_sequences=samples, max_new_tokens=max budget, do_sample=True)`, left
+    padded, the same way: transformers has no per-row budget either.
+
+Throughput counts the useful tokens (the sum of the budgets) for all three, over the wall time of the
+whole workload; medians of `--repeats` after one warm-up call of the same workload (compilation on our
+side). Each system runs in its own fresh child process (this module with `--child`), so its peak memory
+is its own: `peak_mem_*_mb` is the child's peak RSS (VmHWM, reset after loading the model) over its RSS
+after loading (KV cache, activations, XLA temporaries and compilation included); `kv_cache_*_mb` is the
+cache alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+QUESTIONS = [
+    "Prove that the sum of two even numbers is even.",
+    "Facts: Anne is red. If someone is red then they are big. Prove: Anne is big.",
+    "Explain in three steps why the sky looks blue.",
+    "List the prime numbers below thirty and say how you found them.",
+    "A train leaves at 9:40 and the trip takes 2 hours and 35 minutes. When does it arrive?",
+    "Is the following argument valid? Some doctors are athletes. All athletes are disciplined. "
+    "Therefore some doctors are disciplined.",
+    "Solve for x: 3x + 7 = 22, then check the answer.",
+    "Alice is older than Bob. Bob is older than Carol. Who is the youngest?",
+]
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("rollout", help="GRPO-shaped rollouts: rollout engine vs static sampler vs HF generate")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--samples", type=int, default=4)
+    p.add_argument("--mean-tokens", type=float, default=16.0, help="mean of the geometric budget distribution")
+    p.add_argument("--max-tokens", type=int, default=64, help="cap of the budgets")
+    p.add_argument("--slots", type=int, default=64, help="decode slots of the engine")
+    p.add_argument("--chunk-steps", type=int, default=4, help="engine decode steps between host checks")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--systems", default="engine,static,hf")
+    p.add_argument("--small", action="store_true", help="quick run: 8 prompts, mean 8, cap 24, 1 repeat")
+    p.add_argument("--json", action="store_true", help="print only the JSON line")
+    p.set_defaults(func=run)
+
+
+def budgets(*, prompts: int, samples: int, mean: float, cap: int, seed: int = 0) -> list[list[int]]:
+    """Per prompt, per sample: geometric(p = 1/mean) token budgets clipped to [1, cap]."""
+    import numpy as np
+
+    draws = np.random.default_rng(seed).geometric(1.0 / mean, size=(prompts, samples))
+    return np.minimum(draws, cap).astype(int).tolist()
+
+
+def workload(tokenizer, *, prompts: int) -> list[list[int]]:
+    from reasoner.tokenization import chat_ids
+
+    return [chat_ids(tokenizer, [{"role": "user", "content": f"Question {i}. " + QUESTIONS[i % len(QUESTIONS)]}])
+            for i in range(prompts)]
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak_rss() -> None:
+    """Resets VmHWM (the peak RSS) to the current RSS, so loading the model's own peak does not count."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def child(spec: dict) -> dict:
+    """Runs one system on the workload: {"times_s", "peak_mem_mb", "kv_cache_mb", "tokens"}."""
+    import time
+
+    from reasoner.models.presets import resolve
+    from reasoner.tokenization import load_tokenizer
+
+    path = resolve(spec["model"])
+    tokenizer = load_tokenizer(path)
+    prompts = workload(tokenizer, prompts=spec["prompts"])
+    plan = spec["budgets"]
+    G, longest = spec["samples"], max(max(b) for b in plan)
+    useful = sum(sum(b) for b in plan)
+    system = spec["system"]
+    if system in ("engine", "static"):
+        from reasoner.models.loading import load_model
+        from reasoner.sampling import Sampler, SamplingParams
+        from reasoner.sampling.memory import estimate_bytes
+        from reasoner.sampling.rollout_engine import RolloutEngine
+
+        model = load_model(path)
+        params = SamplingParams(max_new_tokens=longest, temperature=1.0, n=G, seed=0, eos_ids=())
+        if system == "engine":
+            eng = RolloutEngine(model, tokenizer, slots=spec["slots"], chunk_steps=spec["chunk_steps"])
+
+            def go():
+                ids = [eng.submit(p, params, prompt_index=i, budgets=b) for i, (p, b) in enumerate(zip(prompts, plan))]
+                out = eng.collect()
+                got = sum(c.num_tokens for rid in ids for c in out[rid])
+                assert got == useful, (got, useful)
+
+            kv = lambda: eng.kv_bytes  # noqa: E731
+        else:
+            sampler = Sampler(model, tokenizer)
+
+            def go():
+                out = sampler.generate(prompts, params)
+                assert all(c.num_tokens == longest for c in out)
+
+            from reasoner.sampling.buckets import bucket_length
+
+            alloc = bucket_length(max(len(p) for p in prompts) + longest)
+            kv = lambda: estimate_bytes(model.cfg, batch=len(prompts) * G, prompts=len(prompts),  # noqa: E731
+                                        prompt_bucket=bucket_length(max(len(p) for p in prompts)), alloc_len=alloc,
+                                        max_new=longest)["kv_cache"]
+    else:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_grad_enabled(False)
+        model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                                     dtype=torch.float32).eval()
+        model.generation_config.eos_token_id = None
+        width = max(len(p) for p in prompts)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+
+        def go():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=longest, do_sample=True,
+                                 temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=G, pad_token_id=pad)
+            assert out.shape == (len(prompts) * G, width + longest)
+
+        cfg = model.config
+        per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4
+        kv = lambda: per_token * len(prompts) * G * (width + longest)  # noqa: E731
+    _reset_peak_rss()
+    base_kb = _status_kb("VmRSS")
+    go()  # warm-up: compilation on our side
+    times = []
+    for _ in range(spec["repeats"]):
+        t = time.perf_counter()
+        go()
+        times.append(time.perf_counter() - t)
+    peak_kb = _status_kb("VmHWM")
+    return {"times_s": times, "peak_mem_mb": round((peak_kb - base_kb) / 1024, 1),
+            "kv_cache_mb": round(kv() / 2**20, 1), "tokens": useful}
+
+
+def _run_child(spec: dict) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "reasoner.benchmarks.rollout", json.dumps(spec)],
+                          capture_output=True, text=True, env=os.environ.copy())
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench rollout: the {spec['system']} child failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run(args) -> int:
+    import statistics
+
+    if args.small:
+        args.prompts, args.mean_tokens, args.max_tokens, args.repeats = 8, 8.0, 24, 1
+    plan = budgets(prompts=args.prompts, samples=args.samples, mean=args.mean_tokens, cap=args.max_tokens)
+    spec = {"model": args.model, "prompts": args.prompts, "samples": args.samples, "budgets": plan,
+            "slots": args.slots, "chunk_steps": args.chunk_steps, "repeats": args.repeats}
+    row = {"prompts": args.prompts, "samples": args.samples, "mean_tokens": args.mean_tokens,
+           "max_tokens": args.max_tokens, "longest_budget": max(max(b) for b in plan),
+           "useful_tokens": sum(sum(b) for b in plan), "slots": args.slots, "repeats": args.repeats}
+    results = {}
+    for system in args.systems.split(","):
+        res = _run_child({**spec, "system": system})
+        results[system] = res
+        row[f"{system}_tok_s"] = round(res["tokens"] / statistics.median(res["times_s"]), 2)
+        row[f"peak_mem_{system}_mb"] = res["peak_mem_mb"]
+        row[f"kv_cache_{system}_mb"] = res["kv_cache_mb"]
+        if not args.json:
+            row[f"{system}_s"] = [round(t, 2) for t in res["times_s"]]
+    if "engine" in results and "static" in results:
+        row["ratio_vs_static"] = round(row["engine_tok_s"] / row["static_tok_s"], 3)
+    if "engine" in results and "hf" in results:
+        row["ratio_vs_hf"] = round(row["engine_tok_s"] / row["hf_tok_s"], 3)
+    row["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    print(json.dumps(child(json.loads(sys.argv[1]))), flush=True)

@@ -1,0 +1,45 @@
+"""Pieces around the rollout engine: the FLOP count behind `roofline_fraction`, the rollout bench's budget
+draw, and `reasoner generate` on the engine writing what the static batches write."""
+
+import argparse
+import json
+
+import numpy as np
+
+from reasoner.benchmarks.rollout import budgets
+from reasoner.benchmarks.train_common import gemm_flops, step_gemms
+from reasoner.models import ModelConfig
+from reasoner.sampling import Sampler, SamplingParams
+
+
+def test_step_gemms_count_six_flops_per_matmul_weight_and_token():
+    cfg = ModelConfig(family="llama", vocab_size=100, hidden_size=16, intermediate_size=40, num_layers=3, num_heads=4,
+                      num_kv_heads=2, head_dim=4, tie_embeddings=True)
+    per_layer = 16 * 16 + 2 * 16 * 8 + 16 * 16 + 3 * 16 * 40  # q, k+v, o, gate+up+down
+    weights = 3 * per_layer + 16 * 100  # and the (tied) vocabulary head
+    assert gemm_flops(step_gemms(cfg, tokens=7)) == 6 * 7 * weights
+    assert gemm_flops(step_gemms(cfg, tokens=7, backward=False)) == 2 * 7 * weights
+
+
+def test_rollout_budgets_are_seeded_capped_geometric_draws():
+    plan = np.asarray(budgets(prompts=512, samples=4, mean=16.0, cap=64))
+    assert plan.shape == (512, 4) and plan.min() >= 1 and plan.max() == 64
+    assert np.array_equal(plan, budgets(prompts=512, samples=4, mean=16.0, cap=64))
+    # mean of min(Geometric(1/16), 64) = 16 (1 - (15/16)^64) = 15.69; 2048 draws of sd <= 15.5: 4 sd = 1.37
+    assert abs(plan.mean() - 16 * (1 - (15 / 16) ** 64)) < 4 * 15.5 / np.sqrt(plan.size)
+
+
+def test_generate_cli_on_the_engine_writes_the_static_batches_lines(small_vocab_model, tmp_path):
+    from reasoner.cli.generate import _run_engine
+
+    prompts = [[5, 17, 9, 23, 2, 11, 7], [12, 3], [8, 8, 20, 1, 19], [3, 1, 4]]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, n=2, seed=7, eos_ids=())
+    args = argparse.Namespace(batch_size=3, max_len=None, output=str(tmp_path / "out.jsonl"))
+    assert _run_engine(args, small_vocab_model, None, prompts, params, total=48) == 0
+    lines = [json.loads(line) for line in open(args.output)]
+    sampler = Sampler(small_vocab_model)
+    expect = []
+    for start in range(0, len(prompts), 3):  # what the static path does: batches of 3, seed + first line
+        for c in sampler.generate(prompts[start:start + 3], params.replace(seed=7 + start)):
+            expect.append((start + c.prompt_index, c.sample_index, [int(t) for t in c.tokens]))
+    assert [(r["line"], r["sample_index"], r["tokens"]) for r in lines] == expect
