@@ -165,7 +165,8 @@ def run_loop(run: Run, *, source: Source, update: Callable[[TrainState, Any], tu
     state = run.state
     resumed_from = ckpt.latest_step()
     if resumed_from is not None:
-        state, data_state, _ = ckpt.restore(state, expected_meta=meta)
+        state, data_state, restored = ckpt.restore(state, expected_meta=meta)
+        resumed_from = int(restored["step"])  # the newest intact one: damaged newer checkpoints are skipped
         source.set_state(data_state)
         writer.truncate_after(int(resumed_from))
     guard = NonFiniteGuard(int(train_cfg.max_nonfinite_steps))
