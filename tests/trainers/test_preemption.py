@@ -15,7 +15,7 @@ import pytest
 
 from tests.trainers.test_resume import ONE_DEVICE_ENV, _cli, _train_losses
 
-EPOCHS = 3  # 8 steps an epoch: 24 steps
+EPOCHS = 2  # 8 steps an epoch: 16 steps
 TERM_AFTER_STEP = 5
 EXIT_WITHIN_S = 120  # the step in flight, a checkpoint save and the shutdown of one tiny run on 2 shared cores
 

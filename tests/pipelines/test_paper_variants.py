@@ -1,0 +1,99 @@
+"""Every variant of configs/astar_paper.py starts its pipeline through `reasoner train` (the command the launch
+scripts run), with tiny-sized overrides: a random 2-layer model with SmolLM2's tokenizer, a few problems, a few
+steps, 8 new tokens. ProofWriter variants read the TFDS data `reasoner data build proofwriter` writes: from the raw
+release that is the registered config `proofwriter_astar/owa_depth5` the paper configs name (checked by name; the
+release is not in ../shared/data), here the Logic-LLM OWA depth-5 questions of ../shared/data under the name the
+build prints. GRPO variants start from an SFT export (model.name = a directory holding weights and tokenizer
+files, nothing else).
+
+Each variant runs in its own one-device subprocess (a few minutes each on 2 cores), so every variant is marked slow
+(`pytest -m slow tests/pipelines/test_paper_variants.py`); the name agreement of the ProofWriter data is checked
+always.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
+ONE_DEVICE_ENV = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+TINY = ["--config.model.name=", "--config.model.tokenizer=smollm2-135m-instruct", "--config.model.dtype=float32",
+        "--config.model.remat=False", "--config.data.train=8", "--config.data.validation=2", "--config.data.test=2",
+        "--config.sft.data.seq_len=512", "--config.sft.train.batch_size=2", "--config.sft.train.num_epochs=1",
+        "--config.grpo.grpo.num_generations=2", "--config.grpo.grpo.max_new_tokens=8", "--config.grpo.train.num_steps=1",
+        "--config.eval.max_new_tokens=8", "--config.eval.batch_size=2"]
+
+
+def _variants():
+    from configs import astar_paper
+
+    return astar_paper.variants()
+
+
+def _reasoner(*args, timeout=2400):
+    proc = subprocess.run([sys.executable, "-m", "reasoner.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=ONE_DEVICE_ENV)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_the_paper_proofwriter_build_is_the_config_the_paper_variants_read(tmp_path):
+    from configs import astar_paper
+    from reasoner.cli.data import proofwriter_config_name
+    from reasoner.data.tfds_builders import ProofwriterAstar
+
+    paper = {"source": "raw", "world": "OWA", "depth_dir": "depth-5", "min_depth": 3, "files": {},
+             "manual_dir": "/data/proofwriter-dataset-V2020.12.3"}
+    name = proofwriter_config_name(paper)
+    builder = ProofwriterAstar(config=name, data_dir=str(tmp_path))  # what the build prepares, by that name
+    assert f"{builder.name}/{builder.builder_config.name}" == "proofwriter_astar/owa_depth5"
+    assert astar_paper.get_config("llama1b_proofwriter_sft_true").data.tfds_name == "proofwriter_astar/owa_depth5"
+    assert proofwriter_config_name({**paper, "source": "logic-llm"}) != name  # other content, another name
+
+
+@pytest.fixture(scope="module")
+def proofwriter_tfds(shared_data, tmp_path_factory):
+    """(TFDS data dir, tfds name) of the Logic-LLM OWA depth-5 questions built by `reasoner data build`."""
+    data_dir = tmp_path_factory.mktemp("tfds")
+    dev = shared_data / "proofwriter" / "logic_llm_owa_d5_dev.json"
+    out = _reasoner("data", "build", "proofwriter", "--source", "logic-llm", "--data-dir", str(data_dir),
+                    *[f"--file={split}={dev}" for split in ("train", "validation", "test")])
+    built = json.loads(out.stdout.strip().splitlines()[-1])
+    return data_dir, f"{built['dataset']}/{built['config']}"
+
+
+@pytest.fixture(scope="module")
+def sft_export(tmp_path_factory):
+    """The export of a tiny SFT paper variant: what a GRPO variant's model.name points at."""
+    workdir = tmp_path_factory.mktemp("sft_run")
+    _reasoner("train", "--config", f"{CONFIGS / 'astar_paper.py'}:llama1b_deeprd_sft_dependency", "--workdir",
+              str(workdir), "--no-progress", *TINY)
+    export = workdir / "sft" / "export"
+    assert (export / "tokenizer_config.json").is_file() and (export / "config.json").is_file()
+    return export
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3000)  # a pipeline subprocess, plus the SFT export's own run for the GRPO variants
+@pytest.mark.parametrize("variant", _variants())
+def test_paper_variant_starts_its_pipeline(variant, request, tmp_path):
+    model, dataset, stage, which = variant.split("_", 3)
+    extra = []
+    if dataset == "proofwriter":
+        data_dir, name = request.getfixturevalue("proofwriter_tfds")
+        extra += [f"--config.data.tfds_dir={data_dir}", f"--config.data.tfds_name={name}"]
+    if stage == "grpo":  # the SFT export alone: its tokenizer files, no model.tokenizer
+        extra += [f"--config.model.name={request.getfixturevalue('sft_export')}", "--config.model.tokenizer="]
+    out = _reasoner("train", "--config", f"{CONFIGS / 'astar_paper.py'}:{variant}", "--workdir", str(tmp_path),
+                    "--no-progress", *TINY, *extra)
+    doc = json.loads((tmp_path / "report" / "astar.json").read_text())
+    trained = "SFT" if stage == "sft" else "SFT+GRPO"
+    assert [m["label"].split(" ")[0] for m in doc["models"]] == ["base", trained] and doc["complete"] is True
+    assert all(m["examples"] == 2 for m in doc["models"]) and doc["table"] in out.stdout
+    assert (tmp_path / stage / "metrics.jsonl").is_file()
