@@ -73,3 +73,28 @@ def sqrt_sum_sq_bound(values, factor: float) -> float:
     plus the float32 sum of the n squares (n steps): (factor + n / 2) * EPS32 * norm (d sqrt(s) = ds / (2 sqrt s))."""
     v = np.asarray(values, np.float64).ravel()
     return (float(factor) + v.size / 2.0) * EPS32 * math.sqrt(float(np.sum(v * v)))
+
+
+def model_depth(cfg, *, seq_len: int) -> int:
+    """`decoder_depth` of a `reasoner.models.ModelConfig` (or any object with its field names) at `seq_len`."""
+    return decoder_depth(num_layers=cfg.num_layers, hidden_size=cfg.hidden_size,
+                         intermediate_size=cfg.intermediate_size, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
+                         seq_len=seq_len, vocab_size=cfg.vocab_size)
+
+
+def logits_atol(logits, cfg, *, seq_len: int) -> float:
+    """|a - b| bound for the float32 logits of one decoder computed two ways (another kernel, implementation,
+    sharding, cache or batch layout): k(depth) * EPS32 * max|logits| with k = `prob_factor`.
+
+    Every logit is the end of a chain of `model_depth` reductions whose stages are normalised (RMSNorm, residual
+    stream), so its error is relative to the scale of the values flowing through the chain, for which the largest
+    logit stands in. The bound holds on any CPU kernel (AVX2 or AVX-512): it depends on the depth and the values,
+    not on which summation order a kernel picks.
+    """
+    return prob_factor(model_depth(cfg, seq_len=seq_len)) * EPS32 * float(np.max(np.abs(np.asarray(logits))))
+
+
+def logprob_atol(logits, cfg, *, seq_len: int) -> float:
+    """The same for log-probs z - logsumexp(z): |z| + |logsumexp| <= 2 max|z| + log V terms carry the error."""
+    z = float(np.max(np.abs(np.asarray(logits))))
+    return prob_factor(model_depth(cfg, seq_len=seq_len)) * EPS32 * (2.0 * z + math.log(cfg.vocab_size))
