@@ -158,12 +158,16 @@ def build_chat_dataset(jsonl_dir, *, kind: str, data_dir) -> dict[str, DecodedSo
         raise FileNotFoundError(f"{root}: expected train.jsonl (and optionally validation.jsonl, test.jsonl)")
     # the data_dir is keyed by the files' fingerprint, so edited files are rebuilt rather than served stale
     data_dir = pathlib.Path(data_dir) / f"chat_jsonl_{_fingerprint(root)}"
-    builder = ChatJsonl(config=kind, data_dir=str(data_dir), file_format="array_record")
-    # one build per job: process 0 writes the shared data_dir, the other processes then only open it
+    def prepared() -> ChatJsonl:
+        builder = ChatJsonl(config=kind, data_dir=str(data_dir), file_format="array_record")
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(root)))
+        return builder
+
+    # one build per job: process 0 writes the shared data_dir, the other processes then open what it wrote
+    # (each makes its builder after the build: one made before would hold the empty dataset's info)
     from reasoner.distributed import primary_first
 
-    primary_first(f"chat_jsonl:{data_dir}:{kind}", lambda: builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=str(root))))
+    builder = primary_first(f"chat_jsonl:{data_dir}:{kind}", prepared)
     return {
         split: DecodedSource(builder.as_data_source(split=split), FIELDS[kind])
         for split in builder.info.splits.keys()
