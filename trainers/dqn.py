@@ -86,6 +86,11 @@ class DQNState:
     episodes: jax.Array
     rng: jax.Array
 
+    @property
+    def step(self) -> jax.Array:
+        """Optimizer updates made (what `reasoner train` reports as the step)."""
+        return self.updates
+
 
 def _adam(cfg) -> optax.GradientTransformation:
     """Adam's direction only; the (episode-scheduled) lr is applied in the update."""
@@ -337,6 +342,12 @@ class DQNResult:
     def navigator(self) -> Navigator:
         return nnx.merge(self.graphdef, self.state.online)
 
+    @property
+    def last_metrics(self) -> dict:
+        return dict(self.history[-1]) if self.history else {}
+
+    eval_history: tuple = ()  # the DQN has no periodic evaluation; `reasoner train` reads this
+
 
 _q_jit = jax.jit(q_values, static_argnames=("graphdef",))
 
@@ -411,3 +422,16 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
             ckpt.wait()
             ckpt.close()
     return DQNResult(graphdef=graphdef, state=state, history=history, resumed_from=resumed_from)
+
+
+def train(config, *, workdir, progress: bool = True) -> DQNResult:
+    """`reasoner train configs/rlot.py[:variant] --workdir DIR`: the navigator on the RL-of-Thoughts environment the
+    config describes (the direct-answer pass over `demo.train_pool`, then `train_dqn` on the failed problems)."""
+    from reasoner.agents.rlot.setup import training_env
+
+    def log(b, stats, record):
+        if progress:
+            print(f"[dqn] batch {b}: episodes {record['episodes']}, mean return {record['mean_return']:.3f}, "
+                  f"loss {record['loss']:.4f}, epsilon {record['epsilon']:.3f}", flush=True)
+
+    return train_dqn(training_env(config), config, workdir=workdir, on_batch=log)

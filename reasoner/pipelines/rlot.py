@@ -28,67 +28,13 @@ import numpy as np
 from reasoner.agents.rlot import inference
 from reasoner.agents.rlot.env import ThoughtEnv
 from reasoner.agents.rlot.llm import SamplerLM
-from reasoner.tasks.reasoning import load_task
+from reasoner.agents.rlot.setup import env_args, load_model_and_tokenizer, split_problems
 
 __all__ = ["run", "format_table"]
 
 
 def _log(msg: str) -> None:
     print(f"[rlot] {msg}", flush=True)
-
-
-def default_data_root() -> pathlib.Path:
-    return pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
-
-
-def load_model_and_tokenizer(name: str):
-    """The policy model: a preset / .gguf / HF directory, or "random-tiny" (2 layers on SmolLM2's tokenizer)."""
-    from reasoner.models.presets import resolve
-    from reasoner.tokenization import load_tokenizer
-
-    if name == "random-tiny":
-        from flax import nnx
-
-        from reasoner.models import Decoder, ModelConfig
-
-        cfg = ModelConfig(family="llama", vocab_size=49152, hidden_size=32, intermediate_size=64, num_layers=2,
-                          num_heads=4, num_kv_heads=2, head_dim=8, tie_embeddings=True, rope_theta=1000.0)
-        return Decoder(cfg, rngs=nnx.Rngs(0)), load_tokenizer(resolve("smollm2-135m-instruct"))
-    from reasoner.models import load_model
-
-    path = resolve(name)
-    return load_model(str(path)), load_tokenizer(path)
-
-
-def split_problems(config):
-    d = config.demo
-    root = pathlib.Path(d.data_root) if d.data_root else default_data_root()
-    if d.task == "gsm8k":
-        return (load_task(root, "gsm8k", split="train", limit=int(d.train_pool)),
-                load_task(root, "gsm8k", split="test", limit=int(d.test)))
-    everything = load_task(root, d.task)
-    test, pool = everything[:int(d.test)], everything[int(d.test):int(d.test) + int(d.train_pool)]
-    if not pool:
-        raise ValueError(f"demo.task={d.task}: {len(everything)} problems leave none for training after "
-                         f"demo.test={d.test}")
-    return pool, test
-
-
-def make_prm(config, *, model, tokenizer):
-    from reasoner.agents.rlot.prm import MathShepherdPRM, OutcomeOnlyPRM, VerifierPRM, arithmetic_check
-
-    kind = config.env.prm
-    if kind == "outcome":
-        return OutcomeOnlyPRM()
-    if kind == "verifier":
-        return VerifierPRM(arithmetic_check)
-    if kind == "math_shepherd":
-        if config.env.prm_model:
-            prm_model, prm_tokenizer = load_model_and_tokenizer(config.env.prm_model)
-        else:
-            prm_model, prm_tokenizer = model, tokenizer
-        return MathShepherdPRM(prm_model, prm_tokenizer, max_len=int(config.demo.max_len))
-    raise ValueError(f"env.prm={kind!r}: expected outcome, verifier or math_shepherd")
 
 
 def _method_summary(result: inference.MethodResult) -> dict:
@@ -148,10 +94,8 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     _log(f"direct pass: {len(pool) - sum(screen.correct)} of {len(pool)} failed -> training problems")
 
     tick = time.perf_counter()
-    prm = make_prm(config, model=model, tokenizer=tokenizer)
-    env_args = dict(prm=prm, max_depth=int(e.max_depth), max_width=int(e.max_width),
-                    max_new_tokens=int(e.max_new_tokens), eval_max_new_tokens=int(e.eval_max_new_tokens))
-    train_env = ThoughtEnv(lm, failed, **env_args)
+    args = env_args(config, model=model, tokenizer=tokenizer)
+    train_env = ThoughtEnv(lm, failed, **args)
 
     def on_batch(b, stats, record):
         if progress:
@@ -164,7 +108,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         plot_training(navigator.history, report_dir / "rlot_training.png")
 
     tick = time.perf_counter()
-    eval_env = ThoughtEnv(lm, **env_args)
+    eval_env = ThoughtEnv(lm, **args)
     results = [inference.navigate(eval_env, navigator.act, test)]
     nav_unparsed = (eval_env.unparsed_states, eval_env.evaluated_states)
     results.append(inference.direct(lm, test, max_new_tokens=int(d.direct_max_new_tokens)))
@@ -174,7 +118,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     if int(d.navigator_sc) > 1:
         sampling_lm = SamplerLM(model, tokenizer, max_new_tokens=int(e.max_new_tokens), max_len=int(d.max_len),
                                 temperature=float(d.sc_temperature), seed=int(d.seed) + 1)
-        results.append(inference.navigate_self_consistency(ThoughtEnv(sampling_lm, **env_args), navigator.act, test,
+        results.append(inference.navigate_self_consistency(ThoughtEnv(sampling_lm, **args), navigator.act, test,
                                                            k=int(d.navigator_sc)))
     times["eval"] = time.perf_counter() - tick
 

@@ -1,0 +1,92 @@
+"""Building the RL-of-Thoughts pieces from a `configs/rlot.py` config (shared by the demo and `reasoner train`).
+
+    model, tokenizer = load_model_and_tokenizer(config.demo.model)
+    pool, test = split_problems(config)
+    env = training_env(config)          # the direct-answer pass over the pool, then ThoughtEnv on the failures
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from reasoner.tasks.reasoning import load_task
+
+
+def default_data_root() -> pathlib.Path:
+    """`../shared/data` beside the checkout."""
+    return pathlib.Path(__file__).resolve().parents[4] / "shared" / "data"
+
+
+def load_model_and_tokenizer(name: str):
+    """The policy model: a preset / .gguf / HF directory, or "random-tiny" (2 layers on SmolLM2's tokenizer)."""
+    from reasoner.models.presets import resolve
+    from reasoner.tokenization import load_tokenizer
+
+    if name == "random-tiny":
+        from flax import nnx
+
+        from reasoner.models import Decoder, ModelConfig
+
+        cfg = ModelConfig(family="llama", vocab_size=49152, hidden_size=32, intermediate_size=64, num_layers=2,
+                          num_heads=4, num_kv_heads=2, head_dim=8, tie_embeddings=True, rope_theta=1000.0)
+        return Decoder(cfg, rngs=nnx.Rngs(0)), load_tokenizer(resolve("smollm2-135m-instruct"))
+    from reasoner.models import load_model
+
+    path = resolve(name)
+    return load_model(str(path)), load_tokenizer(path)
+
+
+def split_problems(config):
+    d = config.demo
+    root = pathlib.Path(d.data_root) if d.data_root else default_data_root()
+    if d.task == "gsm8k":
+        return (load_task(root, "gsm8k", split="train", limit=int(d.train_pool)),
+                load_task(root, "gsm8k", split="test", limit=int(d.test)))
+    everything = load_task(root, d.task)
+    test, pool = everything[:int(d.test)], everything[int(d.test):int(d.test) + int(d.train_pool)]
+    if not pool:
+        raise ValueError(f"demo.task={d.task}: {len(everything)} problems leave none for training after "
+                         f"demo.test={d.test}")
+    return pool, test
+
+
+def make_prm(config, *, model, tokenizer):
+    """The PRM `config.env.prm` names."""
+    from reasoner.agents.rlot.prm import MathShepherdPRM, OutcomeOnlyPRM, VerifierPRM, arithmetic_check
+
+    kind = config.env.prm
+    if kind == "outcome":
+        return OutcomeOnlyPRM()
+    if kind == "verifier":
+        return VerifierPRM(arithmetic_check)
+    if kind == "math_shepherd":
+        if config.env.prm_model:
+            prm_model, prm_tokenizer = load_model_and_tokenizer(config.env.prm_model)
+        else:
+            prm_model, prm_tokenizer = model, tokenizer
+        return MathShepherdPRM(prm_model, prm_tokenizer, max_len=int(config.demo.max_len))
+    raise ValueError(f"env.prm={kind!r}: expected outcome, verifier or math_shepherd")
+
+
+def env_args(config, *, model, tokenizer) -> dict:
+    """Keyword arguments of `ThoughtEnv` from `config.env` (the PRM built here)."""
+    e = config.env
+    return dict(prm=make_prm(config, model=model, tokenizer=tokenizer), max_depth=int(e.max_depth),
+                max_width=int(e.max_width), max_new_tokens=int(e.max_new_tokens),
+                eval_max_new_tokens=int(e.eval_max_new_tokens))
+
+
+def training_env(config, *, log=print):
+    """ThoughtEnv over the pool problems the model fails when asked directly (all of the pool if none fail)."""
+    from reasoner.agents.rlot import inference
+    from reasoner.agents.rlot.env import ThoughtEnv
+    from reasoner.agents.rlot.llm import SamplerLM
+
+    d, e = config.demo, config.env
+    model, tokenizer = load_model_and_tokenizer(d.model)
+    pool, _ = split_problems(config)
+    lm = SamplerLM(model, tokenizer, max_new_tokens=int(e.max_new_tokens), max_len=int(d.max_len), seed=int(d.seed))
+    screen = inference.direct(lm, pool, max_new_tokens=int(d.direct_max_new_tokens))
+    failed = [p for p, ok in zip(pool, screen.correct) if not ok] or list(pool)
+    log(f"[rlot] direct pass: {len(pool) - sum(screen.correct)} of {len(pool)} failed -> training problems")
+    return ThoughtEnv(lm, failed, **env_args(config, model=model, tokenizer=tokenizer))
