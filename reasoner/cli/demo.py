@@ -76,4 +76,4 @@ def run(args: argparse.Namespace) -> int:
     from reasoner.pipelines.astar import run as run_pipeline
 
     summary = run_pipeline(config, workdir=args.workdir, progress=not args.no_progress)
-    return 0 if summary["reports"] else 1
+    return 0 if summary.get("preempted") or summary["reports"] else 1  # preempted: checkpointed, resumable

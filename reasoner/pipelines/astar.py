@@ -163,6 +163,11 @@ class _Timer:
         return out
 
 
+def _preempted(stage: str) -> dict:
+    _log(f"preempted in stage {stage}: its checkpoint is written; the same command resumes the pipeline there")
+    return {"preempted": stage}
+
+
 def run(config, *, workdir, progress: bool = True) -> dict:
     """Runs every enabled stage in `workdir`; returns the summary written to `report/astar.json`."""
     import jax
@@ -206,6 +211,8 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         data = {s: splits[s]["sft"] for s in ("train", "validation")}
         res = timer.stage("sft", lambda: sft.train(cfg, workdir=workdir / "sft", progress=progress,
                                                    tokenizer=tokenizer, splits=data))
+        if res.preempted:
+            return _preempted("sft")
         summary_models["sft"] = {"last_metrics": res.last_metrics, "eval_history": res.eval_history}
         model = load_model(str(export_dir))
         results.append(timer.stage("eval_sft", lambda: evaluate(model, tokenizer, test, settings,
@@ -213,21 +220,21 @@ def run(config, *, workdir, progress: bool = True) -> dict:
                                                                 progress=progress)))
         _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
     if config.grpo.enabled:
-        grpo = _grpo_module()
-        if grpo is None:
-            _log("stage grpo skipped: trainers.grpo is not available")
-        else:
-            cfg = grpo_config(config)
-            reward_name = ", ".join(r.get("as", r["name"]) for r in cfg.rewards)
-            res = timer.stage("grpo", lambda: grpo.train(
-                cfg, workdir=workdir / "grpo", model=model, tokenizer=tokenizer,
-                examples=splits["train"]["records"], progress=progress))
-            summary_models["grpo"] = {"last_metrics": res.last_metrics, "history": res.history}
-            model = res.model()
-            results.append(timer.stage("eval_grpo", lambda: evaluate(model, tokenizer, test, settings,
-                                                                     label=f"SFT+GRPO ({reward_name})",
-                                                                     progress=progress)))
-            _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
+        from trainers import grpo
+
+        cfg = grpo_config(config)
+        reward_name = ", ".join(r.get("as", r["name"]) for r in cfg.rewards)
+        res = timer.stage("grpo", lambda: grpo.train(
+            cfg, workdir=workdir / "grpo", model=model, tokenizer=tokenizer,
+            examples=splits["train"]["records"], progress=progress))
+        if res.preempted:
+            return _preempted("grpo")
+        summary_models["grpo"] = {"last_metrics": res.last_metrics, "history": res.history}
+        model = res.model()
+        results.append(timer.stage("eval_grpo", lambda: evaluate(model, tokenizer, test, settings,
+                                                                 label=f"SFT+GRPO ({reward_name})",
+                                                                 progress=progress)))
+        _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
 
     table = format_table([r.report for r in results])
     seconds = round(time.perf_counter() - total_start, 1)
@@ -246,13 +253,3 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     print(f"report: {paths['json']}\nplot:   {paths['png']}", flush=True)
     return {"table": table, "paths": paths, "timings_s": extra["timings_s"], "accuracy_gain": extra["accuracy_gain"],
             "reports": [r.report for r in results]}
-
-
-def _grpo_module():
-    """trainers.grpo when it exists (it is the GRPO helper's file); None otherwise."""
-    try:
-        from trainers import grpo
-    except ImportError:
-        return None
-    return grpo if hasattr(grpo, "train") else None
-
