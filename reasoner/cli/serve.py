@@ -23,6 +23,9 @@ def register(subparsers) -> None:
                    help="cache slots per row, prompt + completion (default: min(2048, the model's positions))")
     p.add_argument("--default-max-tokens", type=int, default=512, help="max_tokens of a request that names none")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20)
+    p.add_argument("--engine", default="static", choices=("static", "paged"),
+                   help="static: the jitted sampler, one setting per batch; paged: the continuous-batching engine "
+                        "(per-request budgets, stops and seeds; streamed text arrives when a row ends)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="weights and activations")
     p.add_argument("--verbose", action="store_true", help="also log every HTTP request")
     p.set_defaults(func=run)
@@ -63,7 +66,8 @@ def run(args) -> int:
     max_len = args.max_len or min(2048, int(model.cfg.max_position_embeddings))
     server = build_server(model, tokenizer, model_name=source.name, host=args.host, port=args.port,
                           max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms, max_len=max_len,
-                          default_max_tokens=args.default_max_tokens, max_body_bytes=args.max_body_bytes)
+                          default_max_tokens=args.default_max_tokens, max_body_bytes=args.max_body_bytes,
+                          engine=args.engine)
     closing = threading.Event()
 
     def stop(signum, _frame):
@@ -74,8 +78,8 @@ def run(args) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("serving %s (%s) at %s: max batch %d rows, batch wait %g ms, max len %d", source.name,
-             source.checkpoint, server.url, args.max_batch, args.batch_wait_ms, max_len)
+    log.info("serving %s (%s) at %s: %s engine, max batch %d rows, batch wait %g ms, max len %d", source.name,
+             source.checkpoint, server.url, args.engine, args.max_batch, args.batch_wait_ms, max_len)
     server.serve_forever()
     if closing.is_set():
         server.service.batcher.close()
