@@ -30,6 +30,10 @@ TINY = ["--config.model.name=", "--config.model.tokenizer=smollm2-135m-instruct"
         "--config.eval.max_new_tokens=8", "--config.eval.batch_size=2"]
 
 
+DEEPRD_SMALL = ["--config.data.min_lookahead=2", "--config.data.max_lookahead=3", "--config.data.min_branches=2",
+                "--config.data.max_branches=3", "--config.data.extra_ratio=0.0", "--config.data.max_degree=3"]
+
+
 def _variants():
     from configs import astar_paper
 
@@ -73,7 +77,7 @@ def sft_export(tmp_path_factory):
     """The export of a tiny SFT paper variant: what a GRPO variant's model.name points at."""
     workdir = tmp_path_factory.mktemp("sft_run")
     _reasoner("train", "--config", f"{CONFIGS / 'astar_paper.py'}:llama1b_deeprd_sft_dependency", "--workdir",
-              str(workdir), "--no-progress", *TINY)
+              str(workdir), "--no-progress", *TINY, *DEEPRD_SMALL)
     export = workdir / "sft" / "export"
     assert (export / "tokenizer_config.json").is_file() and (export / "config.json").is_file()
     return export
@@ -85,6 +89,8 @@ def sft_export(tmp_path_factory):
 def test_paper_variant_starts_its_pipeline(variant, request, tmp_path):
     model, dataset, stage, which = variant.split("_", 3)
     extra = []
+    if dataset == "deeprd":  # the demo's small DeepRD graphs: the paper's (L 5..10, B 4..8) exceed tiny seq_len
+        extra += DEEPRD_SMALL
     if dataset == "proofwriter":
         data_dir, name = request.getfixturevalue("proofwriter_tfds")
         extra += [f"--config.data.tfds_dir={data_dir}", f"--config.data.tfds_name={name}"]
