@@ -22,7 +22,7 @@ from typing import Iterator
 
 from reasoner.sampling import Completion, SamplingParams
 from reasoner.serve.backend import Backend, GenRequest
-from reasoner.serve.batcher import Batcher
+from reasoner.serve.batcher import Batcher, Job
 from reasoner.serve.protocol import ChatRequest, RequestError, parse_chat_request
 from reasoner.serve.render import parse_reply, render_prompt, streamable_prefix
 
@@ -91,7 +91,7 @@ class ChatService:
         return Prepared(request=req, prompt_ids=ids, params=params, id=f"chatcmpl-{uuid.uuid4().hex}",
                         created=int(time.time()))
 
-    def _submit(self, prep: Prepared, on_text=None) -> "object":
+    def _submit(self, prep: Prepared, on_text=None) -> Job:
         request = GenRequest(prompt_ids=prep.prompt_ids, params=prep.params, seeded=prep.request.seed is not None,
                              on_text=on_text)
         return self.batcher.submit(request)
