@@ -27,12 +27,57 @@ def tok(gguf_path, tmp_path_factory):
 MESSAGES = [{"role": "user", "content": "If Anne is red, is she kind?"}]
 
 
-def test_chat_ids_match_transformers(tok):
-    expected = tok.apply_chat_template(MESSAGES, tokenize=True, add_generation_prompt=True)
-    if isinstance(expected, dict) or hasattr(expected, "keys"):
-        expected = expected["input_ids"]
-    assert tokenization.chat_ids(tok, MESSAGES) == list(expected)
-    assert tokenization.render_chat(tok, MESSAGES).endswith("<|im_start|>assistant\n")
+# The prompt as SmolLM2's chat template writes it (its default system turn, the user turn, the generation prompt),
+# written out by hand from the template text.
+RENDERED = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nIf Anne is red, is she kind?<|im_end|>\n<|im_start|>assistant\n")
+# SmolLM2's token ids of RENDERED (1 = <|im_start|>, 2 = <|im_end|>, 198 = "\n"); each id is checked against the
+# vocabulary stored in the GGUF file by `test_chat_ids_decode_through_the_gguf_vocabulary`.
+CHAT_IDS = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712, 8182,
+            2, 198, 1, 4093, 198, 1937, 14285, 314, 2382, 28, 314, 1041, 1942, 47, 2, 198, 1, 520, 9531, 198]
+
+
+def test_chat_rendering_equals_jinja2_and_the_hand_written_prompt(tok):
+    """Independent of transformers' apply_chat_template: the template rendered by jinja2 itself, with the
+    environment transformers documents for chat templates (trim_blocks, lstrip_blocks)."""
+    import jinja2
+
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    by_jinja = env.from_string(tok.chat_template).render(messages=MESSAGES, add_generation_prompt=True)
+    assert by_jinja == RENDERED
+    assert tokenization.render_chat(tok, MESSAGES) == RENDERED
+
+
+def test_chat_ids_are_smollm2s_ids(tok):
+    assert tokenization.chat_ids(tok, MESSAGES) == CHAT_IDS
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet: printable bytes map to themselves, the other 68 to chr(256 + i) in order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), 256)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+@pytest.mark.slow
+def test_chat_ids_decode_through_the_gguf_vocabulary(gguf_path):
+    """CHAT_IDS against a source that shares no code with transformers' tokenizers: the token strings stored in the
+    GGUF file (read by the gguf package), byte-decoded, concatenate to exactly RENDERED."""
+    import gguf
+
+    field = gguf.GGUFReader(str(gguf_path)).fields["tokenizer.ggml.tokens"]
+    vocab = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+    assert (vocab[1], vocab[2]) == ("<|im_start|>", "<|im_end|>")
+    decoder = _byte_decoder()
+    pieces = [vocab[i].encode() if vocab[i].startswith("<|") else bytes(decoder[c] for c in vocab[i])
+              for i in CHAT_IDS]
+    assert b"".join(pieces).decode("utf-8") == RENDERED
 
 
 def test_cached_tokenizer_is_identical(gguf_path, tok):
