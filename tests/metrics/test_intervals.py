@@ -17,7 +17,9 @@ scipy_stats = pytest.importorskip("scipy.stats")
 def test_wilson_matches_scipy(successes, n, confidence):
     ours = iv.wilson_interval(successes, n, confidence=confidence)
     ref = scipy_stats.binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
-    assert (ours.low, ours.high) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    # both evaluate the closed form in float64 from the same z (ppf correct to a few ulps): ~10 operations on values
+    # <= z^2 ~ 6.7 at 99%, so within ~70 eps64; allow 128 eps64
+    assert (ours.low, ours.high) == pytest.approx((ref.low, ref.high), abs=128 * np.finfo(np.float64).eps)
     assert ours.estimate == successes / n and ours.n == n
 
 
@@ -27,7 +29,7 @@ def test_wilson_closed_form_known_value():
     z = 1.959963984540054
     centre = (0.8 + z * z / 20) / (1 + z * z / 10)
     half = z / (1 + z * z / 10) * math.sqrt(0.8 * 0.2 / 10 + z * z / 400)
-    assert (got.low, got.high) == pytest.approx((centre - half, centre + half), abs=1e-12)
+    assert (got.low, got.high) == pytest.approx((centre - half, centre + half), abs=128 * np.finfo(np.float64).eps)
     assert (round(got.low, 4), round(got.high, 4)) == (0.4902, 0.9433)
 
 
@@ -37,22 +39,37 @@ def test_bootstrap_mean_agrees_with_scipy_and_normal_theory():
     ref = scipy_stats.bootstrap((x,), np.mean, n_resamples=4000, method="percentile", random_state=3,
                                 vectorized=True).confidence_interval
     se = x.std(ddof=1) / math.sqrt(x.size)
-    assert ours.estimate == pytest.approx(x.mean())
-    assert ours.low == pytest.approx(ref.low, abs=0.15 * se) and ours.high == pytest.approx(ref.high, abs=0.15 * se)
-    assert ours.low == pytest.approx(x.mean() - 1.96 * se, abs=0.15 * se)
-    assert ours.high == pytest.approx(x.mean() + 1.96 * se, abs=0.15 * se)
+    assert ours.estimate == pytest.approx(x.mean(), rel=8 * np.finfo(np.float64).eps)  # one float64 mean each
+    # Monte Carlo error of a 2.5% quantile from B = 4000 resamples: sqrt(p (1 - p) / B) / phi(1.96) se = 0.042 se;
+    # two independent estimates differ by sd 0.06 se, and the bootstrap vs normal theory (n = 400) by less than
+    # that: 0.25 se is 4 sd
+    assert ours.low == pytest.approx(ref.low, abs=0.25 * se) and ours.high == pytest.approx(ref.high, abs=0.25 * se)
+    assert ours.low == pytest.approx(x.mean() - 1.96 * se, abs=0.25 * se)
+    assert ours.high == pytest.approx(x.mean() + 1.96 * se, abs=0.25 * se)
 
 
-def test_bootstrap_is_seeded_and_exact_on_known_resamples():
+def test_bootstrap_is_seeded():
     x = np.array([0.2, 0.5, 0.9, 1.0])
     a = iv.bootstrap_interval(x, seed=7, n_resamples=500)
-    b = iv.bootstrap_interval(x, seed=7, n_resamples=500)
-    c = iv.bootstrap_interval(x, seed=8, n_resamples=500)
-    assert a == b and a != c
-    # Recompute the same resamples by hand: one chunk of indices from the same generator.
-    idx = np.random.default_rng(7).integers(0, 4, size=(500, 4))
-    low, high = np.quantile(x[idx].mean(axis=1), [0.025, 0.975])
-    assert (a.low, a.high) == (low, high)
+    assert a == iv.bootstrap_interval(x, seed=7, n_resamples=500)
+    assert a != iv.bootstrap_interval(x, seed=8, n_resamples=500)
+
+
+def test_bootstrap_covers_the_true_mean_at_its_nominal_rate():
+    """Coverage on a known distribution: M = 400 data sets of n = 60 draws from Exponential(1) (true mean 1, skewed,
+    so the interval is not symmetric by construction), a 90% percentile interval each. The count of intervals
+    containing 1 is Binomial(M, c) with c the true coverage; the percentile bootstrap of a mean at n = 60 from a
+    skewed law under-covers by at most ~2 points, so c is in [0.88, 0.90], and we accept the count within 4
+    binomial sd (sqrt(0.9 * 0.1 / 400) = 0.015) of that range: [0.82, 0.96]. A 50% or 99% interval, or one that
+    resampled without replacement (zero width), lands far outside."""
+    rng = np.random.default_rng(2024)
+    m, n = 400, 60
+    covered = 0
+    for i in range(m):
+        x = rng.exponential(1.0, size=n)
+        got = iv.bootstrap_interval(x, confidence=0.9, n_resamples=500, seed=i)
+        covered += got.low <= 1.0 <= got.high
+    assert 0.82 <= covered / m <= 0.96, covered / m
 
 
 def test_bootstrap_ratio_keeps_pairs():
