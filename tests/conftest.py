@@ -2,7 +2,8 @@
 
 Under CI (`CI=true`, which `.ci/run`'s caller sets) the suite may not pass by skipping:
 - before any test runs, the session stops (exit 3, within seconds) when `../shared/data`, the PyTorch baseline
-  (torch, trl, scipy) or the sandbox's namespace isolation (`unshare`) is missing, naming what is missing;
+  (torch, trl, scipy), the sandbox's namespace isolation (`unshare`) or any of its layers (mount/pid/net namespaces,
+  uid nobody, rlimits, seccomp, audit hook: `isolation_report()`) is missing, naming what is missing;
 - a test that skips anyway is reported as a failure with its skip reason.
 Outside CI the same tests skip and say why (`-ra` prints the reasons).
 
@@ -60,6 +61,13 @@ def ci_missing() -> list[str]:
     if not _namespaces_work():
         missing.append("namespace isolation: `unshare --net --pid --mount --fork true` fails (needs util-linux and "
                        "CAP_SYS_ADMIN); the code sandbox and the Z3 workers rely on it")
+    else:
+        from reasoner.verifiers.sandbox import isolation_report  # JAX-free: the sandbox never imports it
+
+        absent = [layer for layer, active in isolation_report().items() if not active]
+        if absent:
+            missing.append(f"sandbox isolation layers {absent} are not active here "
+                           "(reasoner.verifiers.sandbox.isolation_report); the sandbox tests would test less")
     return missing
 
 

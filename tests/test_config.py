@@ -11,6 +11,7 @@ CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 TRAINER_CONFIGS = {
     "sft_astar.py": (None, "smollm2", "llama1b", "llama3b", "deeprd", "tiny"),
     "dpo_smt.py": (None, "smollm2", "paper", "tiny"),
+    "sft_smt.py": (None, "smollm2", "paper", "tiny"),
 }
 
 
@@ -38,6 +39,11 @@ def test_paper_hyperparameters():
     assert (dpo.dpo.beta, dpo.optim.lr, dpo.optim.warmup_ratio, dpo.optim.schedule, dpo.train.num_epochs) == (
         0.1, 5e-7, 0.1, "cosine", 2)
     assert dpo.dpo.loss_type == "sigmoid" and dpo.optim.weight_decay == 0.0 and dpo.optim.max_grad_norm == 1.0
+    smt = load_config(str(CONFIGS / "sft_smt.py") + ":paper")  # Sequent-Prover App. C
+    assert (smt.optim.name, smt.optim.lr, smt.optim.schedule, smt.optim.warmup_ratio, smt.optim.weight_decay,
+            smt.optim.max_grad_norm) == ("adamw", 3e-6, "cosine", 0.03, 0.0, 1.0)
+    assert (smt.train.num_epochs, smt.train.batch_size * smt.train.grad_accum, smt.data.seq_len, smt.data.packing,
+            smt.train.checkpoint_every, smt.train.keep_checkpoints) == (2, 64, 16384, True, 10, 3)
 
 
 def test_overrides_keep_types_and_reach_nested_keys():
@@ -87,10 +93,11 @@ def test_every_config_names_what_reasoner_train_starts():
 
     variants = {**TRAINER_CONFIGS, "grpo_astar.py": (None, "tiny", "proofwriter", "astar_true"),
                 "grpo_cedar.py": (None, "paper", "tiny"), "astar_demo.py": (None, "tiny"),
-                "astar_paper.py": tuple(astar_paper.variants())}
+                "astar_paper.py": tuple(astar_paper.variants()), "smt_demo.py": (None, "paper", "tiny")}
     expected = {"sft_astar.py": ("trainer", "sft"), "dpo_smt.py": ("trainer", "dpo"),
                 "grpo_astar.py": ("trainer", "grpo"), "grpo_cedar.py": ("trainer", "grpo"),
-                "astar_demo.py": ("pipeline", "astar"), "astar_paper.py": ("pipeline", "astar")}
+                "astar_demo.py": ("pipeline", "astar"), "astar_paper.py": ("pipeline", "astar"),
+                "sft_smt.py": ("trainer", "sft"), "smt_demo.py": ("pipeline", "smt")}
     for name, vs in variants.items():
         for v in vs:
             spec = str(CONFIGS / name) + (f":{v}" if v else "")

@@ -6,6 +6,9 @@ evaluation again; prints the before/after table (accuracy, efficiency pushes / p
 DIR/report/astar.json and DIR/report/astar.png. Default config: configs/astar_demo.py:cpu (`make demo`).
 `reasoner demo rlot` runs RL-of-Thoughts (`reasoner.pipelines.rlot`, default configs/rlot.py:cpu): navigator vs
 direct / CoT / CoT-SC table, block patterns, DIR/report/report.json and DIR/report/rlot_training.png.
+`reasoner demo smt` runs Sequent-Prover (`reasoner.pipelines.smt`, default configs/smt_demo.py:cpu): teacher
+trajectories, curation, SFT, student rollouts, DPO and the K = 4 evaluation table, DIR/report/smt.json and smt.png;
+`--teacher-endpoint URL` takes the teacher from an OpenAI-compatible server, `--data-dir` the staged data.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 
 
 # method -> (default config under configs/, pipeline module); every pipeline has run(config, workdir=, progress=)
-METHODS = {"astar": "astar_demo.py:cpu", "rlot": "rlot.py:cpu"}
+METHODS = {"astar": "astar_demo.py:cpu", "rlot": "rlot.py:cpu", "smt": "smt_demo.py:cpu"}
 
 
 def default_config(method: str = "astar") -> str:
@@ -31,7 +34,12 @@ def register(subparsers) -> None:
         "demo", help="A* post-training end to end on the embedded model (before/after table)",
         description="Data -> base eval -> SFT -> eval -> GRPO -> eval; --config.KEY=VALUE overrides any entry.")
     parser.add_argument("method", nargs="?", default="astar", choices=sorted(METHODS),
-                        help="astar (default): A* post-training; rlot: RL-of-Thoughts navigator vs baselines")
+                        help="astar (default): A* post-training; rlot: RL-of-Thoughts navigator vs baselines; "
+                             "smt: Sequent-Prover teacher -> SFT -> DPO")
+    parser.add_argument("--teacher-endpoint", default=None, metavar="URL",
+                        help="smt: an OpenAI-compatible teacher (e.g. a `reasoner serve` URL ending in /v1) instead "
+                             "of the symbolic teacher")
+    parser.add_argument("--data-dir", default=None, help="smt: the staged data (default ../shared/data)")
     parser.add_argument("--workdir", required=True, help="output directory (data, checkpoints, report)")
     parser.add_argument("--config", default=None, metavar="FILE[:VARIANT]",
                         help="default: configs/astar_demo.py:cpu")
@@ -68,6 +76,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"reasoner demo: {err}", file=sys.stderr)
         return 2
     use_single_device(config)
+    if getattr(args, "method", "astar") == "smt":
+        from reasoner.pipelines.smt import run as run_smt
+
+        if args.teacher_endpoint:
+            config.teacher.endpoint = args.teacher_endpoint
+        if args.data_dir:
+            config.data.data_root = args.data_dir
+        try:
+            summary = run_smt(config, workdir=args.workdir, progress=not args.no_progress)
+        except FileNotFoundError as err:
+            print(f"reasoner demo smt: {err}", file=sys.stderr)
+            return 2
+        return 0 if summary.get("preempted") or summary["reports"] else 1
     if getattr(args, "method", "astar") == "rlot":
         from reasoner.pipelines.rlot import run as run_rlot
 

@@ -14,7 +14,7 @@ import importlib
 import sys
 
 TRAINERS = {"sft": "trainers.sft", "dpo": "trainers.dpo", "grpo": "trainers.grpo", "dqn": "trainers.dqn"}
-PIPELINES = {"astar": "reasoner.pipelines.astar"}
+PIPELINES = {"astar": "reasoner.pipelines.astar", "smt": "reasoner.pipelines.smt"}
 
 
 def register(subparsers) -> None:
