@@ -8,11 +8,11 @@ or idle. Three jitted functions, all donating the state so pools are updated in 
     host-built plan (`paged_cache.prompt_writes`: full prompt blocks once, the partial last block
     once per sample); then each of the R new rows draws its first token and is written into its
     slot (padding rows target slot S and are dropped).
-  - `decode_chunk`: up to `num_steps` steps of every slot inside one `lax.while_loop` that exits
-    early when every slot is done. A step writes each slot's pending token at its position through
-    the block table and attends over the slot's first J blocks only, J a static bucket the host
-    picks from the longest live row (`table_SxJ` is passed sliced): attention work follows the
-    live lengths, not the allocated capacity.
+  - `decode_chunk`: up to `num_steps` steps of the running slots (a bucket of A slots) inside one
+    `lax.while_loop` that exits early when all of them are done. A step writes each slot's pending
+    token at its position through the block table and attends over the slot's first J blocks only,
+    J a static bucket the host picks from the longest live row (the table is passed sliced): the
+    step's work follows the number of live rows and their lengths, not the slots and capacity.
   - `retire`: marks slots done (stop strings found on the host, or freed slots).
 
 Finish codes are the static sampler's (`engine.RUNNING/EOS/LENGTH`); tokens, both log-probs and the
@@ -147,10 +147,20 @@ def _step(model, spec: DecodeSpec, table_SxJ, state: SlotState) -> SlotState:
     return _record(state, *drawn, active)
 
 
+_PER_SLOT = ("length_S", "pending_S", "count_S", "limit_S", "capacity_S", "keys_Sx2", "done_S", "finish_S",
+             "tokens_SxN", "sample_logp_SxN", "model_logp_SxN")
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "spec"), donate_argnums=(2,))
-def decode_chunk(graphdef, params, state: SlotState, table_SxJ, num_steps, *, spec: DecodeSpec) -> SlotState:
-    """Up to `num_steps` decode steps of every slot (a traced count: one compile per J bucket)."""
+def decode_chunk(graphdef, params, state: SlotState, slot_ids_A, table_AxJ, num_steps, *,
+                 spec: DecodeSpec) -> SlotState:
+    """Up to `num_steps` decode steps of the A slots `slot_ids_A` (distinct; every running slot among them,
+    the rest done) with their block tables `table_AxJ`. The step's batch is A, not S: as rows finish and
+    the queue empties, the host passes smaller A buckets, so the long tail of a rollout decodes a few rows,
+    not all slots (the keys and values stay where they are: the tables address them). One compile per
+    (A, J) bucket; the step count is traced."""
     model = nnx.merge(graphdef, params)
+    sub = state.replace(**{f: getattr(state, f)[slot_ids_A] for f in _PER_SLOT})
 
     def cond(carry):
         step, s = carry
@@ -158,10 +168,10 @@ def decode_chunk(graphdef, params, state: SlotState, table_SxJ, num_steps, *, sp
 
     def body(carry):
         step, s = carry
-        return step + 1, _step(model, spec, table_SxJ, s)
+        return step + 1, _step(model, spec, table_AxJ, s)
 
-    _, state = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state))
-    return state
+    _, sub = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), sub))
+    return sub.replace(**{f: getattr(state, f).at[slot_ids_A].set(getattr(sub, f)) for f in _PER_SLOT})
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "spec"), donate_argnums=(2,))

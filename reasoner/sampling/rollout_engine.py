@@ -14,12 +14,13 @@ tokens and sampled draws agree with the static sampler's up to float32 rounding 
 
 How it runs: a fixed number of decode slots. Each iteration (1) admits queued requests into free
 slots (`Scheduler.admit`: n slots and the blocks of their reservation) and prefills them in one
-call, (2) runs a decode chunk of `chunk_steps` steps over every slot, attending over the live
-blocks only, (3) reads which rows finished (EOS, budget, capacity on the device; stop strings on
-the host), returns their slots and, with the last row of a request, its blocks. A finished row's
-slot is therefore refilled within one chunk, while the other rows keep decoding: no row waits for
-the longest row of its batch, and the prompt's cache is never copied per sample (see
-`paged_cache`). The block pool is sized from the queued work when `num_blocks` is None (enough
+call, (2) runs a decode chunk of `chunk_steps` steps over the running slots only (a power-of-two
+bucket of them: when the queue is empty and rows finish, the batch shrinks, so the long tail of a
+rollout decodes its few long rows, not every slot), attending over their live blocks only,
+(3) reads which rows finished (EOS, budget, capacity on the device; stop strings on the host),
+returns their slots and blocks. A finished row's slot is therefore refilled within one chunk,
+while the other rows keep decoding: no row waits for the longest row of its batch, and the
+prompt's cache is never copied per sample (see `paged_cache`). The block pool is sized from the queued work when `num_blocks` is None (enough
 for the first `slots` rows' reservations) and grows only while no row runs.
 
 Limits today: one device (the static `Sampler` shards params and cache over a mesh; the pool is not
@@ -258,8 +259,9 @@ class RolloutEngine:
     def _decode_chunk(self) -> None:
         lengths = np.asarray(jax.device_get(self.state.length_S))
         J = self.sched.live_blocks(lengths, self.chunk_steps)
-        table = self.sched.table[:, :J]
-        self.state = dev.decode_chunk(self.graphdef, self.params, self.state, table, self.chunk_steps,
+        slot_ids = self.sched.step_slots()
+        table = self.sched.table[slot_ids, :J]
+        self.state = dev.decode_chunk(self.graphdef, self.params, self.state, slot_ids, table, self.chunk_steps,
                                       spec=self.sched.distribution.spec)
         self.stats["decode_chunks"] += 1
 

@@ -127,6 +127,14 @@ class Scheduler:
             del self.running[req.request_id]
         return row
 
+    def step_slots(self) -> np.ndarray:
+        """The slots a decode chunk runs: every running one, padded with idle (done) slots to a power of two
+        (at most all slots), distinct so that writing the chunk's results back is unambiguous."""
+        running = sorted(self.rows)
+        size = min(1 << max(len(running) - 1, 0).bit_length(), self.slots)
+        idle = [s for s in range(self.slots) if s not in self.rows][:size - len(running)]
+        return np.asarray(running + idle, np.int32)
+
     def live_blocks(self, lengths_S: np.ndarray, steps: int) -> int:
         """Table columns a chunk of `steps` steps can touch: the longest active row's, bucketed to a
         power of two (one compile per bucket) and clipped to the table width."""
