@@ -27,7 +27,7 @@ import numpy as np
 from reasoner.metrics import sample_metrics as sm
 from reasoner.metrics.intervals import bootstrap_interval
 from reasoner.metrics.reliability import pass_at_k_single, pass_hat_k_single
-from reasoner.metrics.smt import smt_metrics
+from reasoner.metrics.smt import _parsed_programs, smt_metrics
 from reasoner.verifiers import smtlib
 from reasoner.verifiers.curation import grounding
 
@@ -101,16 +101,12 @@ def efficiency_profile(trajectories, *, max_turns: int) -> dict:
 
 
 def _final_programs(trajectories) -> collections.Counter:
+    """The production counts of each trajectory's final parseable SMT call, pooled."""
     pooled: collections.Counter = collections.Counter()
     for traj in trajectories:
-        for obs in reversed(traj.smt_observations):
-            try:
-                counts = smtlib.production_counts(obs["smt_code"])
-            except smtlib.SmtParseError:
-                continue
-            if counts:
-                pooled.update(counts)
-                break
+        programs = _parsed_programs(traj)
+        if programs:
+            pooled.update(programs[-1])
     return pooled
 
 
