@@ -1,0 +1,267 @@
+"""Judges: a chat model that reads a rubric prompt and replies with text, behind one interface.
+
+`Judge.reply(prompts)` takes B chat prompts (lists of {"role", "content"} messages) and returns B replies, each
+a string or None when the judge could not answer (timeout, HTTP error, dead server): a failure never raises.
+Implementations:
+  - `SamplerJudge`: a model in this process through `reasoner.sampling.Sampler`, greedy, `batch_size` prompts
+    per device call;
+  - `EndpointJudge`: any OpenAI-compatible `POST {base_url}/chat/completions` (`reasoner serve` included),
+    temperature 0, a timeout per request, retries with backoff on 408/429/5xx/connection errors, at most
+    `max_concurrency` requests in flight;
+  - `CachedJudge`: wraps either with an on-disk JSONL cache keyed by (judge id, prompt), so the same trace is
+    never judged twice (temperature 0: the reply would not change). Failures are not cached.
+`score_traces` turns replies into `Judgement`s and counts invalid and failed ones in `JudgeCounters`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import hashlib
+import json
+import pathlib
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Protocol
+
+from reasoner.judges.parse import Judgement, parse_judgement
+from reasoner.judges.prompts import (COVERAGE_SYSTEM, COVERAGE_USER, DATASET_NOTES, DIRECTIONALITY_SYSTEM,
+                                     DIRECTIONALITY_USER)
+
+Messages = list[dict]
+
+
+class Judge(Protocol):
+    judge_id: str  # names the model and its settings; part of the cache key
+
+    def reply(self, prompts: Sequence[Messages]) -> list[str | None]: ...
+
+
+def judge_messages(kind: str, *, source: str, observation: str, reasoning: str) -> Messages:
+    """The App. D.4 system + user messages judging `reasoning` (the trace) against `observation` (the policy's
+    user message) for a training `source` (a key of DATASET_NOTES)."""
+    if source not in DATASET_NOTES:
+        raise ValueError(f"source {source!r}: expected one of {sorted(DATASET_NOTES)}")
+    note = DATASET_NOTES[source]
+    if kind == "coverage":
+        system, user = COVERAGE_SYSTEM, COVERAGE_USER.format(
+            dataset_name=note.name, coverage_dataset_note=note.coverage, policy_user_message=observation,
+            extracted_think_span=reasoning)
+    elif kind == "directionality":
+        system, user = DIRECTIONALITY_SYSTEM, DIRECTIONALITY_USER.format(
+            dataset_name=note.name, directionality_dataset_note=note.directionality,
+            policy_user_message=observation, extracted_think_span=reasoning)
+    else:
+        raise ValueError(f"judge kind {kind!r}: expected 'coverage' or 'directionality'")
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def think_span(completion: str) -> str:
+    """The `<think>...</think>` content of a completion (an unterminated `<think>` runs to the end); the whole
+    completion when there is none (App. D.3: the judges then see everything)."""
+    lower = completion.lower()
+    start = lower.find("<think>")
+    if start < 0:
+        return completion
+    end = lower.find("</think>", start)
+    return completion[start + len("<think>"):end if end >= 0 else len(completion)].strip()
+
+
+@dataclasses.dataclass
+class JudgeCounters:
+    """Judgements asked for since construction: scored validly, invalid replies, failed calls, cache hits."""
+
+    requests: int = 0
+    valid: int = 0
+    invalid: int = 0
+    failed: int = 0
+    cache_hits: int = 0
+    last_reason: str = ""
+
+
+def score_traces(judge: Judge, kind: str, prompts: Sequence[Messages],
+                 counters: JudgeCounters | None = None) -> list[Judgement]:
+    """One `Judgement` per prompt; a failed call or an invalid reply scores 0 and is counted."""
+    replies = judge.reply(list(prompts))
+    if len(replies) != len(prompts):
+        raise ValueError(f"judge {judge.judge_id!r} returned {len(replies)} replies for {len(prompts)} prompts")
+    out = []
+    for text in replies:
+        if text is None:
+            judgement = Judgement(0.0, False, "judge call failed")
+        else:
+            judgement = parse_judgement(kind, text)
+        if counters is not None:
+            counters.requests += 1
+            if text is None:
+                counters.failed += 1
+            elif judgement.valid:
+                counters.valid += 1
+            else:
+                counters.invalid += 1
+            if not judgement.valid:
+                counters.last_reason = judgement.reason
+        out.append(judgement)
+    return out
+
+
+class EndpointJudge:
+    """A judge behind an OpenAI-compatible chat endpoint (urllib only, temperature 0)."""
+
+    RETRY_STATUS = (408, 409, 429, 500, 502, 503, 504)
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, max_tokens: int = 8192,
+                 timeout_s: float = 60.0, retries: int = 2, backoff_s: float = 1.0, max_concurrency: int = 8,
+                 sleep=time.sleep):
+        if timeout_s <= 0 or retries < 0 or backoff_s < 0 or max_concurrency < 1 or max_tokens < 1:
+            raise ValueError(f"timeout_s={timeout_s}, retries={retries}, backoff_s={backoff_s}, "
+                             f"max_concurrency={max_concurrency}, max_tokens={max_tokens}: expected timeout_s > 0, "
+                             "retries >= 0, backoff_s >= 0, max_concurrency >= 1, max_tokens >= 1")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.api_key, self.max_tokens = model, api_key, max_tokens
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self.max_concurrency, self._sleep = max_concurrency, sleep
+        self.judge_id = f"endpoint:{self.url}:{model}:t0:max{max_tokens}"
+        self.failures = 0
+        self.last_error = ""
+        self._lock = threading.Lock()
+        # A judge on this host (tests, `reasoner serve`) must not go through an HTTP proxy.
+        local = urllib.parse.urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if local else None))
+
+    def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
+        if not prompts:
+            return []
+        with cf.ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(prompts))) as pool:
+            return list(pool.map(self._request, prompts))
+
+    def _request(self, messages: Messages) -> str | None:
+        error = ""
+        for attempt in range(self.retries + 1):
+            try:
+                return self._request_once(messages)
+            except _Retryable as err:
+                error = str(err)
+                if attempt < self.retries:
+                    self._sleep(min(30.0, self.backoff_s * 2 ** attempt))
+            except _Fatal as err:
+                error = str(err)
+                break
+        with self._lock:
+            self.failures += 1
+            self.last_error = error
+        return None
+
+    def _request_once(self, messages: Messages) -> str:
+        body = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with self._opener.open(request, timeout=self.timeout_s) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as err:
+            kind = _Retryable if err.code in self.RETRY_STATUS else _Fatal
+            raise kind(f"{self.url}: HTTP {err.code}") from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
+            raise _Retryable(f"{self.url}: {type(err).__name__}: {err}") from None
+        try:
+            content = json.loads(payload)["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise _Retryable(f"{self.url}: the body is not a chat completion ({payload[:80]!r})") from None
+        if not isinstance(content, str):
+            raise _Retryable(f"{self.url}: message content is {type(content).__name__}, expected a string")
+        return content
+
+
+class _Retryable(Exception):
+    pass
+
+
+class _Fatal(Exception):
+    pass
+
+
+class SamplerJudge:
+    """A judge model in this process: greedy decoding through `reasoner.sampling.Sampler`, `batch_size` prompts
+    per call (a short last batch is padded with copies so every call has one shape: one compile)."""
+
+    def __init__(self, model, tokenizer, *, judge_id: str, max_new_tokens: int = 1024, batch_size: int = 8,
+                 max_len: int | None = None):
+        from reasoner.sampling import Sampler, SamplingParams
+
+        if batch_size < 1 or max_new_tokens < 1:
+            raise ValueError(f"batch_size={batch_size}, max_new_tokens={max_new_tokens}: expected >= 1")
+        self.sampler = Sampler(model, tokenizer)
+        self.tokenizer = tokenizer
+        self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+        self.batch_size, self.max_len = batch_size, max_len
+        self.judge_id = f"sampler:{judge_id}:greedy:max{max_new_tokens}"
+        self.calls = 0
+
+    def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
+        from reasoner.sampling.buckets import bucket_length
+        from reasoner.tokenization import chat_ids
+
+        if not prompts:
+            return []
+        ids = [chat_ids(self.tokenizer, list(p)) for p in prompts]
+        max_len = self.max_len or bucket_length(max(len(x) for x in ids) + self.params.max_new_tokens)
+        out: list[str | None] = []
+        for lo in range(0, len(ids), self.batch_size):
+            chunk = ids[lo:lo + self.batch_size]
+            padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
+            completions = self.sampler.generate(padded, self.params, max_len=max_len)
+            self.calls += 1
+            out.extend(c.text for c in completions[:len(chunk)])
+        return out
+
+
+class CachedJudge:
+    """`judge` behind an append-only JSONL cache at `path`: one `{"key", "reply"}` line per answered prompt, the
+    key the sha256 of (judge id, prompt). Thread-safe; a torn last line (a killed run) is skipped on load."""
+
+    def __init__(self, judge: Judge, path: str | pathlib.Path, counters: JudgeCounters | None = None):
+        self.judge, self.path = judge, pathlib.Path(path)
+        self.judge_id = judge.judge_id
+        self.counters = counters
+        self._lock = threading.Lock()
+        self._replies: dict[str, str] = {}
+        if self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                    self._replies[row["key"]] = row["reply"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def key(self, prompt: Messages) -> str:
+        blob = json.dumps([self.judge_id, prompt], sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
+        keys = [self.key(p) for p in prompts]
+        with self._lock:
+            out: list[str | None] = [self._replies.get(k) for k in keys]
+        missing = [i for i, r in enumerate(out) if r is None]
+        if self.counters is not None:
+            self.counters.cache_hits += len(prompts) - len(missing)
+        # Identical prompts in one batch (G samples that wrote the same trace) are asked once.
+        unique = list(dict.fromkeys(keys[i] for i in missing))
+        first = {k: next(i for i in missing if keys[i] == k) for k in unique}
+        fresh = self.judge.reply([prompts[first[k]] for k in unique]) if unique else []
+        got = dict(zip(unique, fresh))
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            for k, text in got.items():
+                if text is not None and k not in self._replies:
+                    self._replies[k] = text
+                    f.write(json.dumps({"key": k, "reply": text}, ensure_ascii=False) + "\n")
+        for i in missing:
+            out[i] = got[keys[i]]
+        return out
