@@ -4,7 +4,8 @@
 
 Formats: `logic-llm` (JSON list of {id, context, question, options, answer}), `raw` (ProofWriter `meta-*.jsonl`),
 `deeprd` (JSON lines with id, context, question as written by `reasoner data build deeprd --jsonl`; a `program`
-field, when present, is used instead of parsing the context). With --json, one line per question on stdout:
+field, when present, is used instead of parsing the context), `deeprd-generator` (the DeepRD authors' generator
+JSON list, logic mode; `id` is the record's 0-based index in the file). With --json, one line per question on stdout:
 {"id", "statement", "proved", "proved_depth", "negation_proved", "negation_depth", "pushes", "pops"}; pushes and
 pops are those of the run that proved something (the statement first), else of the statement's run. Items that
 cannot be read are reported on stderr as {"id", "skipped"} lines and the run goes on.
@@ -26,11 +27,14 @@ def register(subparsers) -> None:
     sub.required = True
     solve = sub.add_parser("solve", help="prove each question's statement and its negation")
     solve.add_argument("--input", required=True, help="data file")
-    solve.add_argument("--format", required=True, choices=("logic-llm", "raw", "deeprd"),
+    solve.add_argument("--format", required=True, choices=("logic-llm", "raw", "deeprd", "deeprd-generator"),
                        help="logic-llm: JSON list {id, context, question, options, answer}; raw: ProofWriter "
-                            "meta-*.jsonl; deeprd: JSON lines {id, context, question[, program]}")
+                            "meta-*.jsonl; deeprd: JSON lines {id, context, question[, program]}; "
+                            "deeprd-generator: the DeepRD authors' graph_generator.py JSON list (logic mode)")
     solve.add_argument("--heuristic", default="zero", choices=("zero", "dependency", "true"),
                        help="A* heuristic: zero (Dijkstra), dependency (§3.2), true (outside weights)")
+    solve.add_argument("--cost", default="max", choices=("max", "sum"),
+                       help="proof cost: max (depth, Eq. 2) or sum (number of vertices, App. A.2)")
     solve.add_argument("--json", action="store_true", help="one JSON object per line")
     solve.set_defaults(func=_solve)
 
@@ -53,6 +57,17 @@ def _questions(path: str, fmt: str, skipped: list):
         for t in theories:
             for q in t.questions:
                 yield q.id, q.text, t.program, q.statement
+    elif fmt == "deeprd-generator":
+        from reasoner.data.deeprd_generator import GeneratorFormatError, load_generator_file
+
+        try:
+            problems, bad = load_generator_file(path)
+        except GeneratorFormatError as err:
+            skipped.append((path, str(err)))
+            return
+        skipped.extend(bad)
+        for p in problems:
+            yield str(p.index), p.question, p.program, p.goal_atom
     else:
         yield from _deeprd_questions(path, skipped)
 
@@ -101,7 +116,7 @@ def _solve(args) -> int:
             key = id(program)
             if key not in cache:
                 cache[key] = (program, compile_program(program))  # keep `program` alive so ids stay unique
-            decision = decide(cache[key][1], statement, heuristic=args.heuristic)
+            decision = decide(cache[key][1], statement, heuristic=args.heuristic, cost=args.cost)
         except LogicError as err:
             skipped.append((qid, f"program rejected: {err}"))
             continue

@@ -1,7 +1,7 @@
 """`reasoner data build deeprd|proofwriter`: build the TFDS A* datasets and print split sizes and figures.
 
     reasoner data build deeprd [--data-dir DIR] [--seed 0] [--train 2000 --validation 200 --test 500]
-                               [--lookahead 5 10] [--branches 4 8] [--jsonl OUT]
+                               [--lookahead 5 10] [--branches 4 8] [--jsonl OUT] [--source GENERATOR.json]
     reasoner data build proofwriter --manual-dir DIR [--source raw|logic-llm] [--world OWA] [--depth-dir depth-5]
                                     [--min-depth 3] [--file SPLIT=PATH ...]
 
@@ -34,6 +34,9 @@ def register(subparsers) -> None:
     deeprd.add_argument("--lookahead", type=int, nargs=2, default=(5, 10), metavar=("MIN", "MAX"))
     deeprd.add_argument("--branches", type=int, nargs=2, default=(4, 8), metavar=("MIN", "MAX"))
     deeprd.add_argument("--jsonl", default=None, help="also write every split as JSON lines to this path prefix")
+    deeprd.add_argument("--source", default=None,
+                        help="the DeepRD authors' graph_generator.py JSON (logic mode) instead of our generator; "
+                             "all its records become the test split; the figures add mean pushes by lookahead")
     deeprd.set_defaults(func=_build_deeprd)
 
     pw = which.add_parser("proofwriter", help="ProofWriter from a manual dir (raw release or Logic-LLM JSON)")
@@ -88,8 +91,26 @@ def _build_deeprd(args) -> int:
     params = {"seed": args.seed, "train": args.train, "validation": args.validation, "test": args.test,
               "spec": [spec.min_lookahead, spec.max_lookahead, spec.min_branches, spec.max_branches,
                        spec.extra_ratio, spec.max_degree]}
+    extra: dict = {}
+    if args.source:
+        from reasoner.data.deeprd_generator import GeneratorFormatError, load_generator_file, push_table
+
+        try:
+            problems, skipped = load_generator_file(args.source)
+            with open(args.source, "rb") as fh:
+                digest = hashlib.sha1(fh.read()).hexdigest()[:16]
+        except (GeneratorFormatError, OSError) as err:
+            print(f"error: --source {args.source}: {err}", file=sys.stderr)
+            return 2
+        if skipped:
+            for qid, reason in skipped:
+                print(json.dumps({"id": qid, "skipped": reason}), file=sys.stderr)
+            print(f"error: --source {args.source}: {len(skipped)} records not in the generator format", file=sys.stderr)
+            return 2
+        params = {"source": digest}
+        extra["pushes_by_lookahead"] = push_table(problems)
     config = DeeprdConfig(name=_config_name("deeprd", params), seed=args.seed, train=args.train,
-                          validation=args.validation, test=args.test, spec=spec)
+                          validation=args.validation, test=args.test, spec=spec, source=args.source or "")
     builder = Deeprd(config=config, data_dir=args.data_dir, file_format="array_record")
     with contextlib.redirect_stdout(sys.stderr):  # TFDS chatter; stdout carries only the figures JSON
         builder.download_and_prepare()
@@ -98,7 +119,7 @@ def _build_deeprd(args) -> int:
             with open(f"{args.jsonl}.{split}.jsonl", "w", encoding="utf-8") as fh:
                 for rec in records:
                     fh.write(json.dumps(decode_record(rec)) + "\n")
-    _report(builder, {"params": params})
+    _report(builder, {"params": params, **extra})
     return 0
 
 

@@ -36,20 +36,20 @@ class Decision:
                 "pushes": self.pushes, "pops": self.pops}
 
 
-def solve_in_base(hg: Hypergraph, goal: Atom, *, heuristic: str = "zero") -> SearchResult | None:
+def solve_in_base(hg: Hypergraph, goal: Atom, *, heuristic: str = "zero", cost: str = "max") -> SearchResult | None:
     """A* on a compiled program; None when `goal` lies outside the Herbrand base (so it cannot be proved)."""
     try:
         check_goal(hg.program, goal)
     except LogicError:
         return None
-    return solve(hg, goal, heuristic=heuristic)
+    return solve(hg, goal, heuristic=heuristic, cost=cost)
 
 
-def decide(program: Program | Hypergraph, statement: Atom, *, heuristic: str = "zero") -> Decision:
+def decide(program: Program | Hypergraph, statement: Atom, *, heuristic: str = "zero", cost: str = "max") -> Decision:
     """Search the statement and its negation (`not_p` <-> `p`). Raises LogicError for a malformed program."""
     hg = program if isinstance(program, Hypergraph) else compile_program(program)
-    pos = solve_in_base(hg, statement, heuristic=heuristic)
-    neg = solve_in_base(hg, negate(statement), heuristic=heuristic)
+    pos = solve_in_base(hg, statement, heuristic=heuristic, cost=cost)
+    neg = solve_in_base(hg, negate(statement), heuristic=heuristic, cost=cost)
     deciding = pos if (pos and pos.proved) or not (neg and neg.proved) else neg
     return Decision(proved=bool(pos and pos.proved), proved_depth=pos.depth if pos else None,
                     negation_proved=bool(neg and neg.proved), negation_depth=neg.depth if neg else None,

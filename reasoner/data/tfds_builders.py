@@ -31,8 +31,12 @@ class EmptyDatasetError(ValueError):
 
 @dataclasses.dataclass(eq=False)
 class DeeprdConfig(tfds.core.BuilderConfig):
-    """Split sizes, seed and the generator spec (defaults: the paper's 2000/200/500, L 5..10, B 4..8)."""
+    """Split sizes, seed and the generator spec (defaults: the paper's 2000/200/500, L 5..10, B 4..8). `source`: a
+    DeepRD authors' generator JSON file (`deeprd_generator`) instead of our generator; all its records form the
+    `source_split` split (default "test": the authors' problems are an evaluation set) and the sizes are ignored."""
 
+    source: str = ""
+    source_split: str = "test"
     seed: int = 0
     train: int = DEFAULT_SPLIT_SIZES["train"]
     validation: int = DEFAULT_SPLIT_SIZES["validation"]
@@ -52,6 +56,8 @@ class Deeprd(tfds.core.GeneratorBasedBuilder):
 
     def _split_generators(self, dl_manager):
         cfg = self.builder_config
+        if cfg.source:
+            return {cfg.source_split: self._generator_examples(cfg.source)}
         sizes = {"train": cfg.train, "validation": cfg.validation, "test": cfg.test}
         return {name: self._generate_examples(split=name, size=size) for name, size in sizes.items() if size > 0}
 
@@ -60,6 +66,15 @@ class Deeprd(tfds.core.GeneratorBasedBuilder):
         for index in range(size):
             problem = generate_problem(seed=cfg.seed, split=split, index=index, spec=cfg.spec)
             yield problem.id, problem_record(problem)
+
+    def _generator_examples(self, path: str):
+        from reasoner.data import deeprd_generator
+
+        problems, skipped = deeprd_generator.load_generator_file(path)
+        if skipped:
+            raise deeprd_generator.GeneratorFormatError(f"{path}: {len(skipped)} bad records, first: {skipped[0][1]}")
+        for problem in problems:
+            yield problem.id, deeprd_generator.problem_record(problem)
 
 
 @dataclasses.dataclass(eq=False)
