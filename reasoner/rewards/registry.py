@@ -82,6 +82,7 @@ def _load_builtin_rewards() -> None:
         from reasoner.rewards import smt  # noqa: F401
     except ImportError:
         pass
+    from reasoner.rewards import judged  # noqa: F401
 
 
 def completion_text(completion) -> str:

@@ -1,0 +1,99 @@
+"""CEDAR-GRPO's judged process rewards: evidence coverage r_cov (Eq. 6) and directionality r_dir (Eq. 7).
+
+Each is a registry reward (`judged_coverage`, `judged_directionality`); the composite
+R = l_cor r_cor + l_cov r_cov + l_dir r_dir is three entries of `config.rewards` with their weights, so
+`CompositeReward` logs every component (`rewards/<as>/mean`) next to the total.
+The judge sees the policy's user message (the example's `prompt`: a string or chat messages, last user turn) and
+the completion's `<think>` span (the whole completion without one, App. D.3); the dataset note is chosen by the
+example's source (`example[source_key]`, or the fixed `source` option). A failed judge call or an invalid reply
+scores 0 and is counted in the judge's `JudgeCounters` (never raises, never stops the step).
+
+Options: judge = {"endpoint": base_url, "model": name, ...EndpointJudge keywords} or {"sampler": checkpoint path,
+"max_new_tokens": n, "batch_size": b}; cache = JSONL path ("" for none). Rewards built with the same judge and
+cache share one judge object (one connection pool, one cache, one set of counters).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reasoner.judges import (CachedJudge, EndpointJudge, Judge, JudgeCounters, SamplerJudge, judge_messages,
+                             score_traces, think_span)
+from reasoner.rewards.registry import completion_text, register_reward
+
+_JUDGES: dict[str, tuple[Judge, JudgeCounters]] = {}
+_JUDGES_LOCK = threading.Lock()
+
+
+def build_judge(spec: Mapping[str, Any], *, cache: str = "") -> tuple[Judge, JudgeCounters]:
+    """The (shared) judge for `spec` and its counters; see the module docstring for the spec's keys."""
+    key = json.dumps([dict(spec), cache], sort_keys=True, default=str)
+    with _JUDGES_LOCK:
+        if key in _JUDGES:
+            return _JUDGES[key]
+        options = dict(spec)
+        if "endpoint" in options:
+            judge: Judge = EndpointJudge(options.pop("endpoint"), options.pop("model", "judge"), **options)
+        elif "sampler" in options:
+            from reasoner.models import load_model
+            from reasoner.models.presets import resolve
+            from reasoner.tokenization import load_tokenizer
+
+            path = resolve(options.pop("sampler"))
+            judge = SamplerJudge(load_model(path), load_tokenizer(path), judge_id=str(path), **options)
+        else:
+            raise ValueError(f"judge spec {dict(spec)}: expected an 'endpoint' (with 'model') or a 'sampler' path")
+        counters = JudgeCounters()
+        if cache:
+            judge = CachedJudge(judge, cache, counters)
+        _JUDGES[key] = (judge, counters)
+        return judge, counters
+
+
+def policy_user_message(prompt) -> str:
+    """The policy's user message: the prompt string, or the last user turn of a chat message list."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        users = [m for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
+        if users:
+            return str(users[-1].get("content") or "")
+    raise ValueError(f"prompt of type {type(prompt).__name__}: expected a string or chat messages with a user turn")
+
+
+def _judged(kind: str, *, judge: Mapping[str, Any] | Judge, cache: str, source: str, source_key: str,
+            prompt_key: str):
+    if isinstance(judge, Mapping):
+        the_judge, counters = build_judge(judge, cache=cache)
+    else:
+        the_judge, counters = judge, JudgeCounters()
+
+    def reward(completions, *, examples):
+        prompts = []
+        for completion, example in zip(completions, examples):
+            name = source or example.get(source_key, "")
+            prompts.append(judge_messages(kind, source=name, observation=policy_user_message(example[prompt_key]),
+                                          reasoning=think_span(completion_text(completion))))
+        return [j.score for j in score_traces(the_judge, kind, prompts, counters)]
+
+    reward.judge, reward.counters = the_judge, counters
+    return reward
+
+
+@register_reward("judged_coverage")
+def judged_coverage(*, judge, cache: str = "", source: str = "", source_key: str = "source",
+                    prompt_key: str = "prompt"):
+    """r_cov = addressed / total observation details, from the coverage judge (0 when invalid or failed)."""
+    return _judged("coverage", judge=judge, cache=cache, source=source, source_key=source_key,
+                   prompt_key=prompt_key)
+
+
+@register_reward("judged_directionality")
+def judged_directionality(*, judge, cache: str = "", source: str = "", source_key: str = "source",
+                          prompt_key: str = "prompt"):
+    """r_dir in {0, 0.5, 1} from the directionality judge (0 when invalid or failed)."""
+    return _judged("directionality", judge=judge, cache=cache, source=source, source_key=source_key,
+                   prompt_key=prompt_key)

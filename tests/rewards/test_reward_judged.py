@@ -1,0 +1,122 @@
+"""Judged coverage / directionality rewards in the registry and the CEDAR composite R with per-component values."""
+
+import http.server
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from reasoner.rewards import CompositeReward, build_reward
+
+COVERAGE = {"overall_analysis": "a", "observation_details": [
+    {"detail": "a", "addressed": True, "evidence": "x"}, {"detail": "b", "addressed": True, "evidence": "y"},
+    {"detail": "c", "addressed": False, "evidence": ""}, {"detail": "d", "addressed": False, "evidence": ""}]}
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """Coverage prompts get 2/4 addressed; directionality prompts get 1.0 for FORWARD traces, 0.0 otherwise;
+    a trace containing FAIL500 gets HTTP 500, one containing GARBAGE a reply with no JSON."""
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.bodies.append(body)
+        user = body["messages"][-1]["content"]
+        if "FAIL500" in user:
+            self.send_error(500)
+            return
+        if "GARBAGE" in user:
+            reply = "I cannot decide."
+        elif "observation_details" in body["messages"][0]["content"]:
+            reply = "Details listed.\n" + json.dumps(COVERAGE)
+        else:
+            reply = json.dumps({"directionality_score": 1.0 if "FORWARD" in user else 0.0, "explanation": "e"})
+        payload = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def judge_url():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.bodies = []
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}/v1", srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _specs(url, cache, l_cor, l_cov, l_dir):
+    judge = {"endpoint": url, "model": "judge", "timeout_s": 5.0, "retries": 0}
+    specs = [{"name": "exact_match", "as": "correctness", "weight": l_cor,
+              "options": {"answer_key": "answer", "normalize": "lower_ws"}}]
+    if l_cov:
+        specs.append({"name": "judged_coverage", "as": "coverage", "weight": l_cov,
+                      "options": {"judge": judge, "cache": cache}})
+    if l_dir:
+        specs.append({"name": "judged_directionality", "as": "directionality", "weight": l_dir,
+                      "options": {"judge": judge, "cache": cache}})
+    return specs
+
+
+EXAMPLES = [{"prompt": [{"role": "user", "content": "Context: the cat is red. Query: ?"}], "answer": "the cat is red",
+             "source": "abductionrules"}] * 4
+COMPLETIONS = ["<think>FORWARD from the facts</think><answer>The cat is red</answer>",
+               "<think>assume it and check</think><answer>the dog</answer>",
+               "<think>FAIL500</think><answer>the cat is red</answer>",
+               "<think>GARBAGE FORWARD</think><answer>the cat is red</answer>"]
+
+
+def test_composite_is_the_weighted_sum_with_each_component_logged(judge_url, tmp_path):
+    url, srv = judge_url
+    reward = CompositeReward.from_config(_specs(url, str(tmp_path / "c.jsonl"), 1 / 3, 1 / 3, 1 / 3))
+    try:
+        batch = reward(COMPLETIONS, examples=EXAMPLES)
+    finally:
+        reward.close()
+    cor = [1.0, 0.0, 1.0, 1.0]
+    # FAIL500 fails both judges; GARBAGE is an invalid coverage and an invalid directionality reply.
+    cov = [0.5, 0.5, 0.0, 0.0]
+    direc = [1.0, 0.0, 0.0, 0.0]
+    np.testing.assert_array_equal(batch.per_function_BxF, np.array([cor, cov, direc]).T)
+    expected = (np.array(cor) + np.array(cov) + np.array(direc)) / 3
+    # Three float products and two adds per row: a few float32 ulps of values <= 1.
+    np.testing.assert_allclose(batch.total_B, expected, rtol=0, atol=8 * np.finfo(np.float32).eps)
+    assert batch.names == ("correctness", "coverage", "directionality")
+    assert batch.means()["coverage"] == pytest.approx(0.25)
+    fn = reward.rewards[1].fn
+    assert (fn.counters.failed, fn.counters.invalid, fn.counters.valid) == (2, 2, 4)
+    assert "Dataset: AbductionRules" in srv.bodies[0]["messages"][1]["content"]
+
+
+def test_judge_and_cache_are_shared_and_a_second_step_costs_no_calls(judge_url, tmp_path):
+    url, srv = judge_url
+    cache = str(tmp_path / "shared.jsonl")
+    cov = build_reward("judged_coverage", judge={"endpoint": url, "model": "m2", "retries": 0}, cache=cache)
+    direc = build_reward("judged_directionality", judge={"endpoint": url, "model": "m2", "retries": 0}, cache=cache)
+    assert cov.judge is direc.judge
+    first = cov(COMPLETIONS[:2], examples=EXAMPLES[:2])
+    calls = len(srv.bodies)
+    assert cov(COMPLETIONS[:2], examples=EXAMPLES[:2]) == first == [0.5, 0.5]
+    assert len(srv.bodies) == calls
+
+
+def test_think_span_is_judged_and_missing_think_sends_everything(judge_url):
+    url, srv = judge_url
+    direc = build_reward("judged_directionality", judge={"endpoint": url, "model": "m3", "retries": 0},
+                         source="crypto")
+    assert direc(["no think tags, FORWARD"], examples=[{"prompt": "pairs"}]) == [1.0]
+    assert "<reasoning_chain>no think tags, FORWARD</reasoning_chain>" in srv.bodies[-1]["messages"][1]["content"]
+    direc(["<think>inner</think><answer>FORWARD</answer>"], examples=[{"prompt": "pairs"}])
+    assert "<reasoning_chain>inner</reasoning_chain>" in srv.bodies[-1]["messages"][1]["content"]
+
+
+def test_bad_judge_spec_is_a_clear_error():
+    with pytest.raises(ValueError, match="expected an 'endpoint'"):
+        build_reward("judged_coverage", judge={"url": "x"})
