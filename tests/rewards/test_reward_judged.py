@@ -120,3 +120,22 @@ def test_think_span_is_judged_and_missing_think_sends_everything(judge_url):
 def test_bad_judge_spec_is_a_clear_error():
     with pytest.raises(ValueError, match="expected an 'endpoint'"):
         build_reward("judged_coverage", judge={"url": "x"})
+
+
+@pytest.mark.parametrize("variant,weights", [
+    ("cor", {"correctness": 1.0}), ("cor_cov", {"correctness": 0.5, "coverage": 0.5}),
+    ("cor_dir", {"correctness": 0.5, "directionality": 0.5}),
+    ("cor_cov_dir", {"correctness": 1 / 3, "coverage": 1 / 3, "directionality": 1 / 3})])
+def test_ablation_variants_weight_the_terms_equally(variant, weights):
+    import pathlib
+
+    from reasoner.config import load_config
+
+    config = load_config(str(pathlib.Path(__file__).parents[2] / "configs" / "grpo_cedar.py") + f":{variant}")
+    rewards = [dict(r) for r in config.rewards]
+    assert {r["as"]: r["weight"] for r in rewards} == weights
+    names = {r["as"]: r["name"] for r in rewards}
+    assert names.get("coverage", "judged_coverage") == "judged_coverage"
+    assert names.get("directionality", "judged_directionality") == "judged_directionality"
+    assert config.train.num_steps == load_config(str(pathlib.Path(__file__).parents[2] / "configs" /
+                                                     "grpo_cedar.py")).train.num_steps
