@@ -8,6 +8,9 @@ A problem is one dataset record (`reasoner.data.records`: `id`, `program` and `g
   our instruction states what the paper says the model must produce: the proof as a search trace, one step per
   block, blocks separated by a blank line, in the form the verbalizer writes. `prompt_messages` returns chat
   messages (the instruction as the system turn, so chat templates do not inject their default system prompt).
+* Few-shot (the paper's ICL baselines, §4): `few_shot_messages` puts k solved training examples (user: the
+  verbalized problem, assistant: its host-A* trace) before the problem; k defaults to `FEW_SHOT_K` (10 for
+  ProofWriter, 5 for DeepRD, the paper's counts); the choice is a seeded sample per problem id, never the problem.
 * SFT completion: the verbalized trace of host A* (`search.astar.solve`) under a chosen heuristic
   ("zero" = Dijkstra, "dependency", "true"); each push is a step "Since P1 and P2, by the rule "R", C.".
 * Scoring: parse (never raises) -> verify -> `search.rewards.Scores`: correctness, efficiency (pushes) and
@@ -26,10 +29,11 @@ from collections.abc import Mapping, Sequence
 
 from search.logic import Atom, Program
 
-__all__ = ["INSTRUCTION", "HEURISTICS", "AStarProblem", "problem_from_record", "prompt_messages", "sft_completion",
+__all__ = ["INSTRUCTION", "HEURISTICS", "FEW_SHOT_K", "few_shot_messages", "few_shot_choice", "AStarProblem", "problem_from_record", "prompt_messages", "sft_completion",
            "score_completion", "TaskScore", "reward_specs"]
 
 HEURISTICS = ("zero", "dependency", "true")
+FEW_SHOT_K = {"proofwriter": 10, "deeprd": 5}  # in-context examples of the paper's ICL baselines (§4)
 INSTRUCTION = (
     "Prove the statement after \"Prove:\" from the facts and rules by forward search. Write one step per "
     "paragraph, as: Since <premises>, by the rule \"<rule>\", <conclusion>."
@@ -93,6 +97,40 @@ def prompt_messages(problem: AStarProblem) -> list[dict[str, str]]:
     """The chat prompt: instruction as the system turn, the verbalized problem as the user turn."""
     return [{"role": "system", "content": INSTRUCTION},
             {"role": "user", "content": problem.verbalizer.context(problem.goal)}]
+
+
+def few_shot_choice(problem: AStarProblem, examples: Sequence[AStarProblem], k: int, *,
+                    seed: int = 0) -> list[AStarProblem]:
+    """k of `examples` for `problem`: a sample drawn by `random.Random(f"{seed}/{problem.id}")` (the same choice on
+    every run and process, independent of other problems), from the examples whose id and (program, goal) differ
+    from the problem's, in the order of `examples`' ids as given. ValueError when fewer than k remain."""
+    import random
+
+    if k < 0:
+        raise ValueError(f"few-shot k={k}: expected k >= 0")
+    pool = [e for e in examples if e.id != problem.id and (e.program, e.goal) != (problem.program, problem.goal)]
+    if len(pool) < k:
+        raise ValueError(f"few-shot k={k} for problem {problem.id}: only {len(pool)} training examples other than "
+                         "the problem itself; expected at least k")
+    return random.Random(f"{seed}/{problem.id}").sample(pool, k)
+
+
+def few_shot_messages(problem: AStarProblem, examples: Sequence[AStarProblem], k: int | None = None, *,
+                      seed: int = 0, heuristic: str = "dependency", cost: str = "max") -> list[dict[str, str]]:
+    """The k-shot chat prompt: the system instruction, then per chosen example (`few_shot_choice`) a user turn
+    with its verbalized problem and an assistant turn with its host-A* trace under `heuristic`, then the problem's
+    user turn. k=None takes `FEW_SHOT_K[problem.dataset]`; k=0 is `prompt_messages`."""
+    if k is None:
+        if problem.dataset not in FEW_SHOT_K:
+            raise ValueError(f"few-shot k for dataset {problem.dataset!r}: give k (defaults exist for "
+                             f"{sorted(FEW_SHOT_K)})")
+        k = FEW_SHOT_K[problem.dataset]
+    shots = []
+    for ex in few_shot_choice(problem, examples, k, seed=seed):
+        shots += [{"role": "user", "content": ex.verbalizer.context(ex.goal)},
+                  {"role": "assistant", "content": sft_completion(ex, heuristic=heuristic, cost=cost)}]
+    system, user = prompt_messages(problem)
+    return [system, *shots, user]
 
 
 def sft_completion(problem: AStarProblem, *, heuristic: str = "dependency", cost: str = "max") -> str:
