@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "astar",
     "data",
     "smt",
+    "cedar",
     "train",
     "eval",
     "demo",

@@ -1,0 +1,155 @@
+"""CEDAR-GRPO correctness per training source (Table 8), on records in each source's published format.
+
+`load_records(source, path)` reads the source's own file and yields `CedarRecord(id, source, gold, tests)`:
+  abductionrules  the authors' `dev.jsonl` contexts; one record per question, id = the question `id`, gold its `label`
+  uniadilr        one JSON line per example, id = 0-based line number, gold = the set of `sentN` ids on the left of
+                  `->` in `proof`
+  list_functions  id = `id`, tests = the 10 `test` pairs (int lists)
+  crypto          id = `index`, tests = the `test` pairs (strings)
+  balanced_copa   JSON lines (`id`, `label` 0/1): gold = label + 1 (choices are numbered 1 and 2)
+  climate_fever   JSON lines (`claim_id`, `claim_label` 0-3 or its name): gold = SUPPORTS / REFUTES /
+                  NOT ENOUGH INFO / DISPUTED
+  causelogics     JSON lines (`id`, else the 0-based line number; `Label` TRUE / FALSE)
+`score(record, completion) -> float` applies the source's verifier to the answer: the FIRST `<answer>...</answer>`
+span, case-insensitive, across lines, stripped (the paper's code, cedar_grpo_details.md "Correctness verifiers";
+a model that writes a draft answer and a revised one is scored on the first: it is told to give one). No span: 0.
+Code answers (Crypto, ListFunction) run every stored test in `reasoner.verifiers.sandbox`, 5 s each; 1 only if all
+pass (a timeout scores 0 here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import re
+from collections.abc import Iterator
+
+SOURCES = ("abductionrules", "uniadilr", "list_functions", "crypto", "balanced_copa", "climate_fever", "causelogics")
+CLIMATE_FEVER_LABELS = {0: "SUPPORTS", 1: "REFUTES", 2: "NOT ENOUGH INFO", 3: "DISPUTED"}
+CODE_TIMEOUT_S = 5.0
+_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
+_SENT_ID = re.compile(r"sent(\d+)")
+_DIGITS = re.compile(r"\d+")  # UniADILR: every integer in the answer ("sent5" counts as 5, as in the paper's code)
+
+
+@dataclasses.dataclass(frozen=True)
+class CedarRecord:
+    """One scorable row: `gold` (str, int or frozenset of ints) or `tests` ((input, output) pairs) for code."""
+
+    id: str | int
+    source: str
+    gold: object = None
+    tests: tuple = ()
+
+
+def first_answer_span(text: str) -> str | None:
+    """The stripped content of the first complete `<answer>...</answer>` span (tags in any case), or None."""
+    start = _OPEN.search(text)
+    if start is None:
+        return None
+    end = _CLOSE.search(text, start.end())
+    return None if end is None else text[start.end():end.start()].strip()
+
+
+def _jsonl(path: pathlib.Path) -> Iterator[tuple[int, dict]]:
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as err:
+                raise ValueError(f"{path}:{n + 1}: not a JSON line ({err})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{n + 1}: expected a JSON object, got {type(row).__name__}")
+            yield n, row
+
+
+def _field(row: dict, key: str, where: str):
+    if key not in row:
+        raise ValueError(f"{where}: missing field {key!r} (has {sorted(row)})")
+    return row[key]
+
+
+def uniadilr_gold(proof: str) -> frozenset[int]:
+    """The sentence ids a UniADILR proof uses: every `sentN` left of `->` ("sent5 & sent13 -> H" -> {5, 13})."""
+    return frozenset(int(m) for m in _SENT_ID.findall(proof.split("->", 1)[0]))
+
+
+def load_records(source: str, path: str | pathlib.Path) -> list[CedarRecord]:
+    """The records of `path`, read in `source`'s published format (module docstring)."""
+    if source not in SOURCES:
+        raise ValueError(f"source {source!r}: expected one of {', '.join(SOURCES)}")
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ValueError(f"--input {path}: no such file")
+    out = []
+    for n, row in _jsonl(path):
+        where = f"{path}:{n + 1}"
+        if source == "abductionrules":
+            for q in _field(row, "questions", where):
+                out.append(CedarRecord(_field(q, "id", where), source, str(_field(q, "label", where))))
+        elif source == "uniadilr":
+            out.append(CedarRecord(n, source, uniadilr_gold(str(_field(row, "proof", where)))))
+        elif source in ("list_functions", "crypto"):
+            rid = _field(row, "id" if source == "list_functions" else "index", where)
+            tests = tuple((t["input"], t["output"]) for t in _field(row, "test", where))
+            if not tests:
+                raise ValueError(f"{where}: empty 'test' list")
+            out.append(CedarRecord(rid, source, tests=tests))
+        elif source == "balanced_copa":
+            label = _field(row, "label", where)
+            if label not in (0, 1):
+                raise ValueError(f"{where}: label {label!r}, expected 0 or 1")
+            out.append(CedarRecord(_field(row, "id", where), source, int(label) + 1))
+        elif source == "climate_fever":
+            label = _field(row, "claim_label", where)
+            if isinstance(label, int) and label in CLIMATE_FEVER_LABELS:
+                gold = CLIMATE_FEVER_LABELS[label]
+            elif isinstance(label, str) and label.replace("_", " ").upper() in CLIMATE_FEVER_LABELS.values():
+                gold = label.replace("_", " ").upper()
+            else:
+                raise ValueError(f"{where}: claim_label {label!r}, expected 0-3 or one of {CLIMATE_FEVER_LABELS}")
+            out.append(CedarRecord(_field(row, "claim_id", where), source, gold))
+        else:  # causelogics
+            label = str(_field(row, "Label", where)).strip().upper()
+            if label not in ("TRUE", "FALSE"):
+                raise ValueError(f"{where}: Label {row['Label']!r}, expected TRUE or FALSE")
+            out.append(CedarRecord(row.get("id", n), source, label))
+    return out
+
+
+def score(record: CedarRecord, completion: str) -> float:
+    """Table 8 correctness of one completion: 1.0 or 0.0 (never raises for any completion text)."""
+    answer = first_answer_span(completion)
+    if answer is None:
+        return 0.0
+    source = record.source
+    if source == "abductionrules":
+        return float(" ".join(answer.split()).lower() == " ".join(record.gold.split()).lower())
+    if source == "uniadilr":
+        digits = _DIGITS.findall(answer)
+        if any(len(t) > 12 for t in digits):  # no sentence id is that long (and int() of huge runs is slow)
+            return 0.0
+        return float(frozenset(int(t) for t in digits) == record.gold)
+    if source == "balanced_copa":
+        try:
+            return float(int(answer) == record.gold)
+        except ValueError:
+            return 0.0
+    if source in ("climate_fever", "causelogics"):
+        return float(answer.upper() == record.gold)
+    return _score_code(record, answer)
+
+
+def _score_code(record: CedarRecord, answer: str) -> float:
+    from reasoner.rewards.code_exec import extract_code, outputs_match
+    from reasoner.verifiers.sandbox import SandboxLimits, run_transform_tests
+
+    kind = "int_list" if record.source == "list_functions" else "string"
+    report = run_transform_tests(extract_code(answer), list(record.tests),
+                                 limits=SandboxLimits(timeout_s=CODE_TIMEOUT_S))
+    return float(all(o.error is None and outputs_match(o.got, expected, kind=kind)
+                     for o, (_, expected) in zip(report.tests, record.tests)))
