@@ -29,13 +29,16 @@ def base_config() -> ml_collections.ConfigDict:
     c.model = sft.model
     c.data = ml_collections.ConfigDict(dict(
         dataset="deeprd", seed=0, min_lookahead=2, max_lookahead=3, min_branches=2, max_branches=3,
-        extra_ratio=0.0, max_degree=3, train=96, validation=8, test=64, heuristic="dependency",
+        extra_ratio=0.0, max_degree=3, train=96, validation=8, test=64, heuristic="dependency", cost="max",
         records="", tfds_name="", tfds_dir=""))  # records / tfds_name: read records instead of generating DeepRD
+    # cost: A* cost, "max" (proof depth, Eq. 2) or "sum" (App. A.2). grpo.rewards below is built from it when the
+    # config is made; a command-line override must also set grpo.rewards[0].options.cost.
     c.sft = ml_collections.ConfigDict(dict(
         enabled=True, data=sft.data, optim=sft.optim, train=sft.train, lora=sft.lora))
     common.update(c.sft, {"data.seq_len": 512, "optim.lr": 1e-4, "optim.warmup_ratio": 0.1, "train.batch_size": 2,
                           "train.num_epochs": 1, "train.checkpoint_every": 1000})
     grpo = grpo_astar.base_config()
+    grpo.rewards = grpo_astar.astar_reward("astar_dependency", "deeprd", cost=c.data.cost)
     c.grpo = ml_collections.ConfigDict(dict(
         enabled=True, grpo=grpo.grpo, rewards=grpo.rewards, optim=grpo.optim, train=grpo.train, lora=grpo.lora,
         data=grpo.data))

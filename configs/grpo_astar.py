@@ -22,10 +22,11 @@ from configs import common
 REWARDS = ("correctness", "step_count", "astar_dependency", "astar_true")
 
 
-def astar_reward(name: str, dataset: str, *, device: bool = True) -> list[dict]:
-    """Registry spec of one A* reward; device=True scores the batch with the jitted kernel (one call per step)."""
+def astar_reward(name: str, dataset: str, *, device: bool = True, cost: str = "max") -> list[dict]:
+    """Registry spec of one A* reward; device=True scores the batch with the jitted kernel (one call per step);
+    cost: "max" (proof depth, Eq. 2) or "sum" (number of vertices, App. A.2) for the reward's A* weights."""
     return [{"name": "astar", "as": name, "weight": 1.0, "timeout_s": 60.0,
-             "options": {"reward": name, "dataset": dataset, "device": device}}]
+             "options": {"reward": name, "dataset": dataset, "device": device, "cost": cost}}]
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -56,9 +57,12 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
     if variant in REWARDS:
         c.rewards = astar_reward(variant, "deeprd")
         return c
+    if variant == "cost_sum":  # the A* rewards under the sum cost (App. A.2)
+        c.rewards = astar_reward("astar_dependency", "deeprd", cost="sum")
+        return c
     if variant == "tiny":
         return common.tiny(c, {"grpo.num_generations": 4, "grpo.prompts_per_step": 2, "grpo.max_new_tokens": 16,
                                "optim.lr": 1e-3, "train.num_steps": 2, "train.checkpoint_every": 1,
                                "train.eval_every": 0})
     raise ValueError(f"unknown variant {variant!r}; expected one of None, smollm2, llama1b, llama3b, proofwriter, "
-                     f"{', '.join(REWARDS)}, tiny")
+                     f"{', '.join(REWARDS)}, cost_sum, tiny")

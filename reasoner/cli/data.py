@@ -1,5 +1,6 @@
 """`reasoner data build deeprd|proofwriter`: build the TFDS A* datasets and print split sizes and figures.
 
+    reasoner data build deeprd|proofwriter ... [--cost max|sum]   (A* cost of the records' pushes/pops)
     reasoner data build deeprd [--data-dir DIR] [--seed 0] [--train 2000 --validation 200 --test 500]
                                [--lookahead 5 10] [--branches 4 8] [--jsonl OUT] [--source GENERATOR.json]
     reasoner data build proofwriter --manual-dir DIR [--source raw|logic-llm] [--world OWA] [--depth-dir depth-5]
@@ -38,6 +39,7 @@ def register(subparsers) -> None:
                         help="the DeepRD authors' graph_generator.py JSON (logic mode) instead of our generator; "
                              "all its records become the test split; the figures add mean pushes by lookahead")
     deeprd.set_defaults(func=_build_deeprd)
+    _cost_flag(deeprd)
 
     pw = which.add_parser("proofwriter", help="ProofWriter from a manual dir (raw release or Logic-LLM JSON)")
     pw.add_argument("--data-dir", default=None, help="TFDS data dir (default: TFDS's)")
@@ -49,6 +51,12 @@ def register(subparsers) -> None:
     pw.add_argument("--file", action="append", default=[], metavar="SPLIT=PATH",
                     help="explicit split file (repeatable); overrides discovery in --manual-dir")
     pw.set_defaults(func=_build_proofwriter)
+    _cost_flag(pw)
+
+
+def _cost_flag(parser) -> None:
+    parser.add_argument("--cost", default="max", choices=("max", "sum"),
+                        help="A* cost of the stored pushes/pops and figures: max (depth, Eq. 2) or sum (App. A.2)")
 
 
 def _config_name(prefix: str, params: dict) -> str:
@@ -61,7 +69,7 @@ def proofwriter_config_name(params: dict) -> str:
     manual dir) is the builder's registered config `owa_depth5`, the TFDS name configs/astar_paper.py reads
     (`proofwriter_astar/owa_depth5`); any other selection gets a name hashed from its parameters (pass it as
     `--config.data.tfds_name=proofwriter_astar/<name>`)."""
-    if not params["files"] and (params["source"], params["world"], params["depth_dir"], params["min_depth"]) == (
+    if not params["files"] and params.get("cost", "max") == "max" and (params["source"], params["world"], params["depth_dir"], params["min_depth"]) == (
             "raw", "OWA", "depth-5", 3):
         return "owa_depth5"
     return _config_name("proofwriter", params)
@@ -108,9 +116,12 @@ def _build_deeprd(args) -> int:
             print(f"error: --source {args.source}: {len(skipped)} records not in the generator format", file=sys.stderr)
             return 2
         params = {"source": digest}
-        extra["pushes_by_lookahead"] = push_table(problems)
+        extra["pushes_by_lookahead"] = push_table(problems, cost=args.cost)
+    if args.cost != "max":
+        params["cost"] = args.cost
     config = DeeprdConfig(name=_config_name("deeprd", params), seed=args.seed, train=args.train,
-                          validation=args.validation, test=args.test, spec=spec, source=args.source or "")
+                          validation=args.validation, test=args.test, spec=spec, source=args.source or "",
+                          cost=args.cost)
     builder = Deeprd(config=config, data_dir=args.data_dir, file_format="array_record")
     with contextlib.redirect_stdout(sys.stderr):  # TFDS chatter; stdout carries only the figures JSON
         builder.download_and_prepare()
@@ -140,10 +151,12 @@ def _build_proofwriter(args) -> int:
         return 2
     params = {"source": args.source, "world": args.world, "depth_dir": args.depth_dir, "min_depth": args.min_depth,
               "files": files, "manual_dir": args.manual_dir}
+    if args.cost != "max":
+        params["cost"] = args.cost
     name = proofwriter_config_name(params)
     config = name if name == "owa_depth5" else ProofwriterConfig(  # TFDS takes a registered config by name only
         name=name, source=args.source, world=args.world, depth_dir=args.depth_dir, min_depth=args.min_depth,
-        files=files)
+        files=files, cost=args.cost)
     builder = ProofwriterAstar(config=config, data_dir=args.data_dir, file_format="array_record")
     dl_config = tfds.download.DownloadConfig(manual_dir=args.manual_dir) if args.manual_dir else None
     empty = None

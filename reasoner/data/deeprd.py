@@ -221,9 +221,9 @@ def generate_split(*, seed: int, split: str, size: int, spec: DeepRDSpec = DeepR
         yield generate_problem(seed=seed, split=split, index=index, spec=spec)
 
 
-def problem_record(problem: DeepRDProblem) -> dict:
-    """The dataset record of a problem (see `records`), after the host A* check; raises ValueError naming the
-    problem if it violates the spec."""
+def problem_record(problem: DeepRDProblem, *, cost: str = "max") -> dict:
+    """The dataset record of a problem (see `records`; pushes/pops of A* under `cost`), after the host A* check;
+    raises ValueError naming the problem if it violates the spec."""
     from reasoner.data.records import make_record
     from search.hypergraph import compile_program
 
@@ -234,4 +234,4 @@ def problem_record(problem: DeepRDProblem) -> dict:
                        hg=compile_program(problem.program), goal=problem.goal_atom, depth=problem.lookahead,
                        source={"lookahead": problem.lookahead, "branches": problem.branches,
                                "vertices": len(problem.vertices), "edges": len(problem.edges)},
-                       rule_texts=rule_sentences(problem))
+                       rule_texts=rule_sentences(problem), cost=cost)

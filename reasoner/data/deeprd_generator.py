@@ -171,8 +171,8 @@ def load_generator_file(path: str) -> tuple[list[GeneratorProblem], list[tuple[s
     return problems, skipped
 
 
-def problem_record(problem: GeneratorProblem) -> dict:
-    """The dataset record (see `records.make_record`) after the host A* check: ValueError naming the record when
+def problem_record(problem: GeneratorProblem, *, cost: str = "max") -> dict:
+    """The dataset record (see `records.make_record`; pushes/pops of A* under `cost`) after the host A* check: ValueError naming the record when
     the goal is not provable at depth `lookahead` (cost "max")."""
     from reasoner.data.records import make_record
     from search.astar import shortest_depth
@@ -189,7 +189,7 @@ def problem_record(problem: GeneratorProblem) -> dict:
                        source={"lookahead": problem.lookahead, "branches": problem.branches,
                                "vertices": len(a), "edges": len(problem.edges), "index": problem.index, "name": problem.full_name,
                                "generator": "DeepRD graph_generator.py (logic)"},
-                       rule_texts=[f"If someone is {a[u]}, they are {a[v]}." for u, v in problem.edges])
+                       rule_texts=[f"If someone is {a[u]}, they are {a[v]}." for u, v in problem.edges], cost=cost)
 
 
 def push_table(problems, *, cost: str = "max") -> dict[int, dict[str, float]]:

@@ -32,7 +32,7 @@ class FilterReport:
 
 
 def _record(*, qid, hg, goal: Atom | None, context, question, min_depth, report, source,
-            rule_texts) -> dict | None:
+            rule_texts, cost: str = "max") -> dict | None:
     if goal is None:
         report.counts["unknown_answer"] += 1
         return None
@@ -45,11 +45,11 @@ def _record(*, qid, hg, goal: Atom | None, context, question, min_depth, report,
         return None
     report.counts["kept"] += 1
     return make_record(qid=qid, context=context, question=question, hg=hg, goal=goal, depth=result.depth,
-                       source=source, rule_texts=rule_texts)
+                       source=source, rule_texts=rule_texts, cost=cost)
 
 
 def raw_records(theories: Iterable[RawTheory], *, min_depth: int = 3,
-                report: FilterReport | None = None) -> Iterator[dict]:
+                report: FilterReport | None = None, cost: str = "max") -> Iterator[dict]:
     report = report if report is not None else FilterReport()
     for theory in theories:
         try:
@@ -63,13 +63,13 @@ def raw_records(theories: Iterable[RawTheory], *, min_depth: int = 3,
             rec = _record(qid=q.id, hg=hg, goal=goal, context=theory.text, question=q.text, min_depth=min_depth,
                           report=report, source={"theory_id": theory.id, "answer": q.answer, "qdep": q.qdep,
                                                  "strategy": q.strategy, "world": theory.world},
-                          rule_texts=theory.rule_texts)
+                          rule_texts=theory.rule_texts, cost=cost)
             if rec is not None:
                 yield rec
 
 
 def logic_llm_records(questions: Iterable[LogicLLMQuestion], *, min_depth: int = 3,
-                      report: FilterReport | None = None) -> Iterator[dict]:
+                      report: FilterReport | None = None, cost: str = "max") -> Iterator[dict]:
     report = report if report is not None else FilterReport()
     compiled: dict[int, object] = {}
     for q in questions:
@@ -86,6 +86,7 @@ def logic_llm_records(questions: Iterable[LogicLLMQuestion], *, min_depth: int =
             continue
         goal = None if q.answer is None else (q.statement if q.answer else negate(q.statement))
         rec = _record(qid=q.id, hg=hg, goal=goal, context=q.context, question=q.statement_text, min_depth=min_depth,
-                      report=report, source={"answer": q.answer, "format": "logic-llm"}, rule_texts=q.rule_texts)
+                      report=report, source={"answer": q.answer, "format": "logic-llm"}, rule_texts=q.rule_texts,
+                      cost=cost)
         if rec is not None:
             yield rec

@@ -24,11 +24,13 @@ __all__ = ["make_record", "decode_record", "record_features", "figures", "format
 
 
 def make_record(*, qid: str, context: str, question: str, hg: Hypergraph, goal: Atom, depth: int,
-                source: Mapping, rule_texts: Iterable[str] = ()) -> dict:
+                source: Mapping, rule_texts: Iterable[str] = (), cost: str = "max") -> dict:
     rule_texts = list(rule_texts)
     if rule_texts and len(rule_texts) != len(hg.program.rules):
         raise ValueError(f"record {qid}: {len(rule_texts)} rule texts for {len(hg.program.rules)} rules")
-    counts = heuristic_counts(hg, goal)
+    counts = heuristic_counts(hg, goal, cost=cost)  # pushes/pops under `cost`; `depth` stays the max-cost depth
+    if cost != "max":
+        source = {**source, "cost": cost}
     return {
         "id": qid, "context": context, "question": question, "program": program_to_json(hg.program),
         "goal": atom_to_json(goal), "depth": int(depth),

@@ -37,6 +37,7 @@ class DeeprdConfig(tfds.core.BuilderConfig):
 
     source: str = ""
     source_split: str = "test"
+    cost: str = "max"  # A* cost of the records' pushes/pops ("max" | "sum"); depth is always the max-cost depth
     seed: int = 0
     train: int = DEFAULT_SPLIT_SIZES["train"]
     validation: int = DEFAULT_SPLIT_SIZES["validation"]
@@ -65,7 +66,7 @@ class Deeprd(tfds.core.GeneratorBasedBuilder):
         cfg = self.builder_config
         for index in range(size):
             problem = generate_problem(seed=cfg.seed, split=split, index=index, spec=cfg.spec)
-            yield problem.id, problem_record(problem)
+            yield problem.id, problem_record(problem, cost=cfg.cost)
 
     def _generator_examples(self, path: str):
         from reasoner.data import deeprd_generator
@@ -74,7 +75,7 @@ class Deeprd(tfds.core.GeneratorBasedBuilder):
         if skipped:
             raise deeprd_generator.GeneratorFormatError(f"{path}: {len(skipped)} bad records, first: {skipped[0][1]}")
         for problem in problems:
-            yield problem.id, deeprd_generator.problem_record(problem)
+            yield problem.id, deeprd_generator.problem_record(problem, cost=self.builder_config.cost)
 
 
 @dataclasses.dataclass(eq=False)
@@ -87,6 +88,7 @@ class ProofwriterConfig(tfds.core.BuilderConfig):
     depth_dir: str = "depth-5"
     min_depth: int = 3
     files: dict = dataclasses.field(default_factory=dict)
+    cost: str = "max"  # A* cost of the records' pushes/pops ("max" | "sum"); depth is always the max-cost depth
 
 
 class ProofwriterAstar(tfds.core.GeneratorBasedBuilder):
@@ -154,7 +156,7 @@ class ProofwriterAstar(tfds.core.GeneratorBasedBuilder):
         if cfg.source == "raw":
             theories = load_raw(paths, report=self.load_report, default_world=cfg.world)
             theories = tqdm(theories, desc=f"{split}: A* filter", unit=" theories")
-            return raw_records(theories, min_depth=cfg.min_depth, report=self.filter_report)
+            return raw_records(theories, min_depth=cfg.min_depth, report=self.filter_report, cost=cfg.cost)
         if cfg.source == "logic-llm":
             questions = []
             for path in paths:
@@ -162,7 +164,7 @@ class ProofwriterAstar(tfds.core.GeneratorBasedBuilder):
                 questions.extend(qs)
                 self.english_skipped.extend(skipped)
             questions = tqdm(questions, desc=f"{split}: A* filter", unit=" questions")
-            return logic_llm_records(questions, min_depth=cfg.min_depth, report=self.filter_report)
+            return logic_llm_records(questions, min_depth=cfg.min_depth, report=self.filter_report, cost=cfg.cost)
         raise ValueError(f"source {cfg.source!r}: expected 'raw' or 'logic-llm'")
 
     def _generate_examples(self, *, records):

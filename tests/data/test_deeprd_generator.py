@@ -9,8 +9,8 @@ import json
 import pytest
 
 from reasoner.cli import main
-from reasoner.data.deeprd_generator import (GeneratorFormatError, load_generator_file, parse_record, push_table,
-                                            rule_pairs)
+from reasoner.data.deeprd_generator import (GeneratorFormatError, load_generator_file, parse_record,
+                                            problem_record, push_table, rule_pairs)
 from reasoner.data.proofwriter_english import parse_statement, parse_theory_text
 from search.astar import solve
 from search.hypergraph import compile_program
@@ -158,3 +158,58 @@ def test_data_build_deeprd_bad_source(tmp_path, capsys):
     assert main(["data", "build", "deeprd", "--source", str(tmp_path / "nope.json"),
                  "--data-dir", str(tmp_path)]) == 2
     assert "--source" in capsys.readouterr().err
+
+
+def test_data_build_cost_sum_stores_sum_cost_pushes(tmp_path, capsys):
+    # our generator, 3 tiny problems: the stored pushes are those of host A* under cost "sum"
+    from reasoner.data.deeprd import DeepRDSpec, generate_problem
+
+    args = ["data", "build", "deeprd", "--data-dir", str(tmp_path), "--train", "3", "--validation", "0",
+            "--test", "0", "--lookahead", "3", "4", "--branches", "2", "3", "--jsonl", str(tmp_path / "s")]
+    assert main(args + ["--cost", "sum"]) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    rows = [json.loads(line) for line in (tmp_path / "s.train.jsonl").read_text().splitlines()]
+    spec = DeepRDSpec(min_lookahead=3, max_lookahead=4, min_branches=2, max_branches=3)
+    assert len(rows) == 3
+    for row in rows:  # TFDS shuffles: the index is the id's last field
+        p = generate_problem(seed=0, split="train", index=int(row["id"].rsplit("-", 1)[1]), spec=spec)
+        hg = compile_program(p.program)
+        assert row["pushes"] == [solve(hg, p.goal_atom, heuristic=h, cost="sum").pushes
+                                 for h in ("zero", "dependency", "true")]
+        assert row["source"]["cost"] == "sum" and row["depth"] == p.lookahead
+    assert report["params"]["cost"] == "sum"
+    assert main(args[:-2]) == 0  # the max-cost build gets its own config name, not the sum one
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["config"] != report["config"]
+
+
+def test_grpo_config_cost_reaches_the_astar_reward():
+    # configs/grpo_astar.py:cost_sum -> reward options -> the registry's astar reward scores under cost "sum".
+    # On DeepRD (unary chains) sum = max + 1 and every score coincides, so the program has a two-premise rule:
+    # kind(Bob) costs max 3 / sum 6 via rough(round, young) and max 4 / sum 5 via big, cold, nice.
+    from configs import astar_demo, grpo_astar
+    from reasoner.data.program_json import atom_to_json, program_to_json
+    from reasoner.rewards.astar import astar_reward
+    from reasoner.tasks.astar import problem_from_record, sft_completion
+    from search.logic import Atom, Program, Rule
+
+    assert grpo_astar.get_config().rewards[0]["options"]["cost"] == "max"
+    assert astar_demo.get_config().grpo.rewards[0]["options"]["cost"] == "max"
+    options = dict(grpo_astar.get_config("cost_sum").rewards[0]["options"], device=False, dataset="proofwriter")
+    assert options["cost"] == "sum" and options["reward"] == "astar_dependency"
+    fn_sum, fn_max = astar_reward(**options), astar_reward(**{**options, "cost": "max"})
+
+    def rule(premises, head, i):
+        return Rule(tuple(Atom(p, ("?x",)) for p in premises), Atom(head, ("?x",)), f"r{i}")
+
+    chain = [rule(["red"], "big", 1), rule(["big"], "cold", 2), rule(["cold"], "nice", 3), rule(["nice"], "kind", 4)]
+    join = [rule(["red"], "round", 5), rule(["red"], "young", 6), rule(["round", "young"], "rough", 7),
+            rule(["rough"], "kind", 8)]
+    program = Program((Atom("red", ("Bob",)),), tuple(chain + join))
+    task = problem_from_record({"id": "two-costs", "program": program_to_json(program),
+                                "goal": atom_to_json(Atom("kind", ("Bob",)))}, dataset="proofwriter")
+    trace = {c: sft_completion(task, heuristic="dependency", cost=c) for c in ("max", "sum")}
+    assert trace["max"] != trace["sum"]
+    # Eq. 7 is 1 for the trace of A* under the reward's own cost; the sum-cost trace is not A*-optimal under max
+    assert fn_sum([trace["sum"]], examples=[task.record]) == [1.0]
+    assert fn_max([trace["max"]], examples=[task.record]) == [1.0]
+    assert fn_max([trace["sum"]], examples=[task.record])[0] < 1.0
