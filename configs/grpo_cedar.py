@@ -33,8 +33,8 @@ def cedar_rewards(l_cor: float, l_cov: float, l_dir: float, *, judge=None, cache
     """`config.rewards` for R = l_cor r_cor + l_cov r_cov + l_dir r_dir (terms with weight 0 left out); each
     term is logged under its own name (correctness, coverage, directionality)."""
     judge = dict(JUDGE if judge is None else judge)
-    specs = [{"name": "exact_match", "as": "correctness", "weight": l_cor, "timeout_s": 30.0,
-              "options": {"answer_key": "answer", "normalize": "lower_ws"}}]
+    # Correctness routed by each example's source (Table 8 verifier + gold preprocessing; code in the sandbox).
+    specs = [{"name": "cedar_correctness", "as": "correctness", "weight": l_cor, "timeout_s": 120.0, "options": {}}]
     for name, alias, weight in (("judged_coverage", "coverage", l_cov), ("judged_directionality", "directionality",
                                                                         l_dir)):
         if weight:

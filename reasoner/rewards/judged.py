@@ -1,4 +1,5 @@
-"""CEDAR-GRPO's judged process rewards: evidence coverage r_cov (Eq. 6) and directionality r_dir (Eq. 7).
+"""CEDAR-GRPO's rewards: judged evidence coverage r_cov (Eq. 6) and directionality r_dir (Eq. 7), and r_cor routed
+by each example's source (`cedar_correctness`).
 
 Each is a registry reward (`judged_coverage`, `judged_directionality`); the composite
 R = l_cor r_cor + l_cov r_cov + l_dir r_dir is three entries of `config.rewards` with their weights, so
@@ -97,3 +98,23 @@ def judged_directionality(*, judge, cache: str = "", source: str = "", source_ke
     """r_dir in {0, 0.5, 1} from the directionality judge (0 when invalid or failed)."""
     return _judged("directionality", judge=judge, cache=cache, source=source, source_key=source_key,
                    prompt_key=prompt_key)
+
+
+@register_reward("cedar_correctness")
+def cedar_correctness(*, max_workers: int = 2):
+    """r_cor routed by `example["source"]` (reasoner.tasks.cedar_verify: the Table 8 verifier of that source on
+    the first `<answer>` span; code in the sandbox). Examples are rows of `cedar_verify.example_of`."""
+    import concurrent.futures as cf
+
+    from reasoner.tasks.cedar_verify import record_of, score
+
+    if max_workers < 1:
+        raise ValueError(f"max_workers={max_workers}: expected >= 1")
+
+    def reward(completions, *, examples):
+        records = [record_of(e) for e in examples]
+        texts = [completion_text(c) for c in completions]
+        with cf.ThreadPoolExecutor(max_workers=max_workers) as pool:
+            return list(pool.map(score, records, texts))
+
+    return reward

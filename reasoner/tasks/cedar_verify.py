@@ -153,3 +153,33 @@ def _score_code(record: CedarRecord, answer: str) -> float:
                                  limits=SandboxLimits(timeout_s=CODE_TIMEOUT_S))
     return float(all(o.error is None and outputs_match(o.got, expected, kind=kind)
                      for o, (_, expected) in zip(report.tests, record.tests)))
+
+
+def example_of(record: CedarRecord) -> dict:
+    """A training/eval example row carrying its source and preprocessed gold (`answer`; `tests` for code)."""
+    row = {"source": record.source, "id": record.id}
+    if record.tests:
+        row["tests"] = [{"input": i, "output": o} for i, o in record.tests]
+    else:
+        row["answer"] = sorted(record.gold) if isinstance(record.gold, frozenset) else record.gold
+    return row
+
+
+def record_of(example) -> CedarRecord:
+    """Inverse of `example_of`: the record an example row describes (ValueError naming what is missing)."""
+    source = example.get("source")
+    if source not in SOURCES:
+        raise ValueError(f"example source {source!r}: expected one of {', '.join(SOURCES)}")
+    if source in ("list_functions", "crypto"):
+        tests = tuple((t["input"], t["output"]) for t in example.get("tests") or ())
+        if not tests:
+            raise ValueError(f"{source} example {example.get('id')!r} has no 'tests'")
+        return CedarRecord(example.get("id", ""), source, tests=tests)
+    if "answer" not in example:
+        raise ValueError(f"{source} example {example.get('id')!r} has no 'answer'")
+    gold = example["answer"]
+    if source == "uniadilr":
+        gold = uniadilr_gold(gold) if isinstance(gold, str) else frozenset(int(g) for g in gold)
+    elif source in ("climate_fever", "causelogics"):
+        gold = str(gold).upper()
+    return CedarRecord(example.get("id", ""), source, gold)

@@ -135,7 +135,27 @@ def test_ablation_variants_weight_the_terms_equally(variant, weights):
     rewards = [dict(r) for r in config.rewards]
     assert {r["as"]: r["weight"] for r in rewards} == weights
     names = {r["as"]: r["name"] for r in rewards}
+    assert names["correctness"] == "cedar_correctness"
     assert names.get("coverage", "judged_coverage") == "judged_coverage"
     assert names.get("directionality", "judged_directionality") == "judged_directionality"
     assert config.train.num_steps == load_config(str(pathlib.Path(__file__).parents[2] / "configs" /
                                                      "grpo_cedar.py")).train.num_steps
+
+
+def test_cedar_correctness_routes_by_source(tmp_path):
+    from reasoner.tasks.cedar_verify import CedarRecord, example_of
+
+    examples = [example_of(CedarRecord(0, "uniadilr", frozenset({5, 13}))),
+                example_of(CedarRecord(1, "balanced_copa", 2)),
+                example_of(CedarRecord(2, "climate_fever", "NOT ENOUGH INFO")),
+                example_of(CedarRecord(3, "abductionrules", "The cat is red.")),
+                example_of(CedarRecord(4, "crypto", tests=(("ab", "ba"),)))]
+    fn = build_reward("cedar_correctness")
+    right = ["<answer>sent13 & sent5</answer>", "<answer>2</answer>", "<answer>not enough info</answer>",
+             "<answer>the cat  is red.</answer>", "<answer>def transform(s):\n    return s[::-1]\n</answer>"]
+    wrong = ["<answer>sent5</answer>", "<answer>1</answer>", "<answer>SUPPORTS</answer>",
+             "<answer>The cat is blue.</answer>", "<answer>def transform(s):\n    return s\n</answer>"]
+    assert fn(right, examples=examples) == [1.0] * 5
+    assert fn(wrong, examples=examples) == [0.0] * 5
+    with pytest.raises(ValueError, match="example source 'gsm8k'"):
+        fn(["x"], examples=[{"source": "gsm8k", "answer": "1"}])
