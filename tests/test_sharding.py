@@ -11,6 +11,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from tests.models.tiny_checkpoints import make_hf_model, save_hf  # noqa: E402
+from tests.tolerances import logits_atol  # noqa: E402
 
 from reasoner.models import load_model  # noqa: E402
 from reasoner.sharding import (MeshError, ShardingError, device_grid, logical_spec, make_mesh,  # noqa: E402
@@ -141,4 +142,6 @@ def test_sharded_forward_equals_unsharded(tiny_dir, spec):
     # each device holds only its slice, not a full copy
     assert {s.data.shape for s in q.addressable_shards} == {(32 // mesh.shape["fsdp"], 2, 8)}
     assert sharded.lm_head[...].sharding.spec == PartitionSpec("fsdp", "tensor")
-    np.testing.assert_allclose(_forward(sharded, tokens, mesh), reference, atol=1e-5, rtol=0)
+    # sharded matmuls reduce in other orders: the forward's float32 error at this depth, relative to the logits
+    np.testing.assert_allclose(_forward(sharded, tokens, mesh), reference,
+                               atol=logits_atol(reference, sharded.cfg, seq_len=16), rtol=0)
