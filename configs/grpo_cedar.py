@@ -6,7 +6,8 @@ LoRA rank 64 alpha 64 on q/k/v/o/gate/up/down projections, max completion length
 save every 128 steps. The paper's reward is (r_cor + r_cov + r_dir) / 3 with LLM judges for coverage and
 directionality (gpt-oss-120b, unreachable here): the default `rewards` is its correctness term alone (Cor-GRPO),
 with CEDAR Table 8's verifiers in the registry (exact_match / integer_match / set_match / code execution); the
-ablation variants below add the judged terms (`judged_coverage`, `judged_directionality`). The paper's 4-bit NF4 quantisation is not done.
+ablation variants below add the judged terms (`judged_coverage`, `judged_directionality`) and route correctness by
+source (`cedar_correctness`). The paper's 4-bit NF4 quantisation is not done.
 
 Variants: None / "smollm2" (embedded SmolLM2-135M-Instruct, CPU-sized), "paper" (paper lengths, bf16 + remat; set
 model.name), "tiny" (random 2-layer model, tests and smoke runs); the reward ablations of Sec. 5.3 on the smollm2
