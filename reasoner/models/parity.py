@@ -58,6 +58,11 @@ def run_parity(model_name: str, *, mesh_spec: str | None = None) -> dict:
     mesh = make_mesh(mesh_spec) if mesh_spec else None
     model = load_model(path, mesh=mesh)
     B, T = len(prompts), max(len(p) for p in prompts)
+    if mesh is not None:  # empty rows (segment 0) up to a multiple of the batch axes: they must divide the batch
+        from reasoner.data.pipeline import batch_axes
+
+        split = int(np.prod([mesh.shape[a] for a in batch_axes(mesh)]))
+        B = -(-B // split) * split
     tokens = np.zeros((B, T), np.int32)
     segments = np.zeros((B, T), np.int32)
     for i, p in enumerate(prompts):

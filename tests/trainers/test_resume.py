@@ -101,7 +101,8 @@ def test_resume_after_sigkill_is_exact_and_tiny_run_learns(kind, sft_data, dpo_d
         assert abs(got[step] - expected[step]) <= 1e-6, (step, got[step], expected[step])
 
 
-def test_corrupt_or_incompatible_checkpoint_is_refused_and_left_in_place(sft_data, tmp_path):
+@pytest.mark.timeout(1800)  # five tiny runs, one of them resumed past a damaged checkpoint
+def test_incompatible_checkpoint_is_refused_and_a_damaged_one_falls_back(sft_data, tmp_path):
     from reasoner.checkpoint import CheckpointError
     from trainers import dpo, sft
 
@@ -118,13 +119,24 @@ def test_corrupt_or_incompatible_checkpoint_is_refused_and_left_in_place(sft_dat
         dpo.train(tiny_config("dpo", _dpo_like(sft_data, tmp_path)), workdir=workdir, progress=False,
                   devices=one)
 
-    latest = workdir / "checkpoints" / max(before, key=lambda n: int(n) if n.isdigit() else -1)
-    for f in (latest / "state").rglob("*"):
-        if f.is_file() and f.stat().st_size > 0:
-            f.write_bytes(b"garbage" * 3)
-    with pytest.raises(CheckpointError, match="left in place"):
+    # a damaged newest checkpoint: the run falls back to the older intact one and finishes from there
+    steps = sorted(int(n) for n in before)
+    assert len(steps) >= 2, before
+
+    def damage(step_dir):
+        for f in (step_dir / "state").rglob("*"):
+            if f.is_file() and f.stat().st_size > 0:
+                f.write_bytes(b"garbage" * 3)
+
+    damage(workdir / "checkpoints" / str(steps[-1]))
+    result = sft.train(config, workdir=workdir, progress=False, devices=one)
+    assert result.resumed_from == steps[-2] and int(result.state.step) == steps[-1]
+    assert (workdir / "corrupt" / f"checkpoints-{steps[-1]}").is_dir()  # moved aside, not deleted
+    # every checkpoint damaged: a clear error, never a silent fresh start over the old run
+    for step_dir in (workdir / "checkpoints").iterdir():
+        damage(step_dir)
+    with pytest.raises(CheckpointError, match="no intact checkpoint .*refusing to start afresh"):
         sft.train(config, workdir=workdir, progress=False, devices=one)
-    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == before
 
     stray = tmp_path / "stray"
     (stray / "checkpoints").mkdir(parents=True)
