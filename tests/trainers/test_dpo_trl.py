@@ -35,9 +35,6 @@ CASES = [
     ("robust", 0.1, 0.0), ("robust", 0.1, 0.1), ("robust", 0.5, 0.3),
     ("ipo", 0.1, 0.0), ("ipo", 0.5, 0.0),
     ("hinge", 0.1, 0.0), ("hinge", 0.5, 0.0),
-    pytest.param("sigmoid", 0.1, 0.1, marks=pytest.mark.xfail(
-        strict=True, reason="TRL 1.16's 'sigmoid' ignores label_smoothing (its config: label_smoothing is used by "
-                            "robust and exo_pair only); ours applies conservative DPO (cDPO) for ls > 0")),
 ]
 
 
@@ -160,3 +157,32 @@ def test_a_wrong_beta_or_loss_type_is_detected():
     assert abs(ours(batch, loss_type="sigmoid", beta=0.101, label_smoothing=0.0)[0] - trl_loss) > 1e3 * EPS32
     for other in ("robust", "hinge", "ipo"):
         assert abs(ours(batch, loss_type=other, beta=0.1, label_smoothing=0.1)[0] - trl_loss) > 1e3 * EPS32, other
+
+
+def _swapped(batch):
+    """The same pairs with chosen and rejected exchanged (delta -> -delta)."""
+    out = dict(batch)
+    for key in ("logps", "attention_mask", "completion_mask", "shift_mask"):
+        out[key] = np.concatenate([batch[key][P:], batch[key][:P]])
+    out["ref_chosen"], out["ref_rejected"] = batch["ref_rejected"], batch["ref_chosen"]
+    return out
+
+
+@pytest.mark.baseline
+@pytest.mark.parametrize("label_smoothing", [0.1, 0.3])
+def test_sigmoid_label_smoothing_is_cdpo_composed_from_trls_sigmoid(label_smoothing):
+    """A deliberate difference, kept: our "sigmoid" with label smoothing ls > 0 is conservative DPO (cDPO, Mitchell
+    2023; what TRL computed before 1.0), while TRL 1.16's "sigmoid" ignores ls (only robust and exo_pair use it).
+    The reference is TRL's own ls = 0 sigmoid composed: (1 - ls) L(chosen, rejected) + ls L(rejected, chosen)."""
+    batch = make_batch(seed=11)
+    beta = 0.1
+    plain, _, _ = trl_dpo(batch, loss_type="sigmoid", beta=beta, label_smoothing=0.0)
+    flipped, _, _ = trl_dpo(_swapped(batch), loss_type="sigmoid", beta=beta, label_smoothing=0.0)
+    want = (1 - label_smoothing) * plain + label_smoothing * flipped
+    loss, _, per_pair, _, _ = ours(batch, loss_type="sigmoid", beta=beta, label_smoothing=label_smoothing)
+    abs_logps = np.abs(batch["logps"]).sum(1)
+    e_delta = (T + 3) * EPS32 * (abs_logps[:P] + abs_logps[P:] + np.abs(batch["ref_chosen"]) +
+                                 np.abs(batch["ref_rejected"]))
+    bound = np.mean(beta * e_delta + 16 * EPS32 * (1 + np.abs(per_pair))) + 2 * P * EPS32 * np.mean(np.abs(per_pair))
+    assert abs(loss - want) <= bound, (loss, want, bound)
+    assert abs(loss - plain) > 100 * bound  # and it is not TRL 1.16's sigmoid, which would ignore ls
