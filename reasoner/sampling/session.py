@@ -119,9 +119,17 @@ class Sampler:
             return None
         from reasoner.sharding import logical_sharding
 
+        from reasoner.sharding import ShardingError
+
         # heads-major cache (see fast_decode)
         shape = (batch, self.cfg.num_kv_heads, alloc_len, self.cfg.head_dim)
-        return logical_sharding(("batch", "kv_heads", "cache_seq", "head_dim"), shape, self.mesh)
+        axes = ("batch", "kv_heads", "cache_seq", "head_dim")
+        try:
+            return logical_sharding(axes, shape, self.mesh, path="kv_cache")
+        except ShardingError:
+            # a request's row count is the caller's (e.g. 5 prompts on 8 devices): the cache rows are then
+            # replicated over the batch axes, which is correct and only less parallel. Parameters never are.
+            return logical_sharding((None,) + axes[1:], shape, self.mesh, path="kv_cache")
 
 
 class Session:
