@@ -98,11 +98,14 @@ def mean_metrics(m: dict[str, float]) -> dict[str, float]:
 def reference_logps(graphdef, frozen: Frozen, rows: dict, *, mesh, batch_size: int) -> dict[str, np.ndarray]:
     """One pass of `frozen.reference` over every pair: {"ref_chosen_logps": [P], "ref_rejected_logps": [P]}."""
 
-    @jax.jit
     def one(frozen, batch):
         mb = jax.tree.map(lambda x: x[0], batch)
         c, r, _, _ = pair_logps(nnx.merge(graphdef, frozen.reference, frozen.base), mb)
         return c, r
+
+    # replicated outputs: every process reads all pairs' values (a row-sharded array spans other processes)
+    whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    one = jax.jit(one, out_shardings=(whole, whole))
 
     keys = [f"{s}_{f}" for s in SIDES for f in FIELDS]
     chosen, rejected = [], []
