@@ -11,6 +11,7 @@ from reasoner.tokenization import chat_ids, stop_token_ids
 from tests.sampling.conftest import teacher_forced_logits
 from tests.sampling.test_sampling_smollm2 import QUESTIONS
 from tests.sampling.tests_sampling_refs import log_softmax
+from tests.tolerances import logprob_atol
 
 NEW_TOKENS = 48
 
@@ -39,7 +40,6 @@ def test_engine_greedy_matches_transformers_and_the_static_sampler(smollm2, smol
         assert list(c.tokens) == list(s.tokens) and c.finish_reason == s.finish_reason
         full = prompt + [int(t) for t in c.tokens]
         logits = teacher_forced_logits(smollm2, full)[len(prompt) - 1: len(full) - 1]
-        # f32 logits of a 30-layer model through two attention orders: log-probs agree to ~1e-5; 1e-4 as the
-        # static sampler's test allows
+        # paged decode vs the plain forward: the float32 error at SmolLM2's depth relative to its logits
         np.testing.assert_allclose(c.model_logprobs, log_softmax(logits)[np.arange(len(c.tokens)), c.tokens],
-                                   atol=1e-4)
+                                   atol=logprob_atol(logits, smollm2.cfg, seq_len=len(full)))
