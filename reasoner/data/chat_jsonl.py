@@ -147,6 +147,22 @@ def _fingerprint(root: pathlib.Path) -> str:
     return h.hexdigest()[:12]
 
 
+def _has_a_record(path: pathlib.Path) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return any(line.strip() for line in f)
+
+
+def _remove_empty_dirs(root: pathlib.Path) -> None:
+    """Removes the empty directories under (and including) `root`, deepest first."""
+    if not root.is_dir():
+        return
+    for path in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        if not any(path.iterdir()):
+            path.rmdir()
+    if not any(root.iterdir()):
+        root.rmdir()
+
+
 def build_chat_dataset(jsonl_dir, *, kind: str, data_dir) -> dict[str, DecodedSource]:
     """Builds the `kind` ('sft' | 'dpo') dataset from `jsonl_dir` into `data_dir`; returns {split: source}."""
     if kind not in FIELDS:
@@ -156,11 +172,20 @@ def build_chat_dataset(jsonl_dir, *, kind: str, data_dir) -> dict[str, DecodedSo
         raise FileNotFoundError(f"chat JSONL directory {root} does not exist")
     if not (root / "train.jsonl").is_file():
         raise FileNotFoundError(f"{root}: expected train.jsonl (and optionally validation.jsonl, test.jsonl)")
+    for split in SPLITS:
+        path = root / f"{split}.jsonl"
+        if path.is_file() and not _has_a_record(path):
+            raise ValueError(f"{path} is empty: expected one {kind} record per line"
+                             + ("" if split == "train" else " (or remove the file)"))
     # the data_dir is keyed by the files' fingerprint, so edited files are rebuilt rather than served stale
     data_dir = pathlib.Path(data_dir) / f"chat_jsonl_{_fingerprint(root)}"
+
     def prepared() -> ChatJsonl:
         builder = ChatJsonl(config=kind, data_dir=str(data_dir), file_format="array_record")
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(root)))
+        try:
+            builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(root)))
+        finally:
+            _remove_empty_dirs(data_dir)  # TFDS leaves an empty downloads/ tree behind
         return builder
 
     # one build per job: process 0 writes the shared data_dir, the other processes then open what it wrote

@@ -88,3 +88,16 @@ def test_trl_formats_and_errors(tmp_path):
     source = build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")["train"]
     got = source[0]
     assert len(source) == 1 and got == {"prompt": PROMPT, "completion": TURNS, "tools": TOOLS}
+
+
+def test_empty_split_is_a_clear_error_and_builds_leave_no_empty_dirs(tmp_path):
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "train.jsonl").write_text("\n  \n")
+    with pytest.raises(ValueError, match=r"train.jsonl is empty: expected one sft record per line"):
+        build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")
+    assert not (tmp_path / "tfds").exists()
+    (root / "train.jsonl").write_text(json.dumps({"prompt": "q", "completion": "a"}) + "\n")
+    build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")
+    empty = [p for p in (tmp_path / "tfds").rglob("*") if p.is_dir() and not any(p.iterdir())]
+    assert empty == []  # TFDS's empty downloads/ tree is removed
