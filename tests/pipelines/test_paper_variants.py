@@ -6,9 +6,11 @@ release is not in ../shared/data), here the Logic-LLM OWA depth-5 questions of .
 build prints. GRPO variants start from an SFT export (model.name = a directory holding weights and tokenizer
 files, nothing else).
 
-Each variant runs in its own one-device subprocess (a few minutes each on 2 cores), so every variant is marked slow
-(`pytest -m slow tests/pipelines/test_paper_variants.py`); the name agreement of the ProofWriter data is checked
-always.
+Each run is its own one-device subprocess (a few minutes on 2 cores), so the suite runs three (the two below plus the
+SFT export the GRPO one starts from), which cover both datasets and both stages, while every one of the 28 variants is
+resolved in-process with the same overrides into the trainer configs its pipeline builds, with its data source and
+rewards checked (`test_every_paper_variant_resolves_to_its_pipeline`). `REASONER_PAPER_VARIANTS=all` runs all 28
+end to end (about an hour on 2 cores). The name agreement of the ProofWriter data is checked always.
 """
 
 from __future__ import annotations
@@ -34,10 +36,45 @@ DEEPRD_SMALL = ["--config.data.min_lookahead=2", "--config.data.max_lookahead=3"
                 "--config.data.max_branches=3", "--config.data.extra_ratio=0.0", "--config.data.max_degree=3"]
 
 
+REPRESENTATIVE = ("llama1b_proofwriter_sft_true", "llama3b_deeprd_grpo_astar_dependency")
+
+
 def _variants():
     from configs import astar_paper
 
     return astar_paper.variants()
+
+
+def _run_variants():
+    return _variants() if os.environ.get("REASONER_PAPER_VARIANTS") == "all" else list(REPRESENTATIVE)
+
+
+@pytest.mark.parametrize("variant", _variants())
+def test_every_paper_variant_resolves_to_its_pipeline(variant, tmp_path):
+    from reasoner.cli.train import target_of
+    from reasoner.config import load_config
+    from reasoner.pipelines.astar import grpo_config, sft_config
+    from reasoner.rewards.registry import build_reward
+
+    spec = f"{CONFIGS / 'astar_paper.py'}:{variant}"
+    config = load_config(spec, TINY)
+    assert target_of(config, spec) == ("pipeline", "astar")
+    model, dataset, stage, which = variant.split("_", 3)
+    assert config.data.dataset == dataset and config.sft.enabled == (stage == "sft")
+    assert config.grpo.enabled == (stage == "grpo")
+    if dataset == "proofwriter":
+        assert config.data.tfds_name == "proofwriter_astar/owa_depth5"
+    sft = sft_config(config, export_dir=tmp_path / "export")
+    assert sft.trainer == "sft" and sft.data.seq_len == 512 and sft.train.batch_size == 2
+    if stage == "sft":
+        assert config.data.heuristic == which  # the search order whose traces the SFT learns
+    else:
+        grpo = grpo_config(config)
+        assert grpo.trainer == "grpo" and grpo.train.num_steps == 1 and grpo.grpo.num_generations == 2
+        for reward in grpo.rewards:  # every reward the variant names builds from the registry
+            build_reward(reward["name"], **dict(reward.get("options", {})))
+        assert which in {r.get("as", r["name"]) for r in grpo.rewards} | {
+            r.get("options", {}).get("heuristic") and f"astar_{r['options']['heuristic']}" for r in grpo.rewards}
 
 
 def _reasoner(*args, timeout=2400):
@@ -85,7 +122,7 @@ def sft_export(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(3000)  # a pipeline subprocess, plus the SFT export's own run for the GRPO variants
-@pytest.mark.parametrize("variant", _variants())
+@pytest.mark.parametrize("variant", _run_variants())
 def test_paper_variant_starts_its_pipeline(variant, request, tmp_path):
     model, dataset, stage, which = variant.split("_", 3)
     extra = []
