@@ -15,9 +15,9 @@ def test_reads_prompt_messages_and_ids_lines(tmp_path, tokenizer):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("{not json\n", "in.jsonl:1: not JSON"),
+    ("{not json\n", "in.jsonl:1: not valid JSON"),
     ('{"text": "x"}\n', "in.jsonl:1: expected a key 'prompt', 'messages' or 'ids'"),
-    ("[1, 2]\n", "in.jsonl:1: expected an object"),
+    ("[1, 2]\n", "in.jsonl:1: expected a JSON object, got list"),
     ("\n", "no prompts"),
 ])
 def test_bad_input_lines_name_the_line(tmp_path, tokenizer, text, message):
