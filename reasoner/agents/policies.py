@@ -28,10 +28,9 @@ import concurrent.futures
 import dataclasses
 import json
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Protocol, Sequence
+
+from reasoner.chat_http import ChatEndpoint
 
 TOOLS = [
     {"type": "function", "function": {
@@ -128,90 +127,55 @@ class OpenAIChatPolicy:
     same way, with the server's message.
     """
 
-    RETRY_STATUS = (408, 409, 429, 500, 502, 503, 504)
-
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, temperature: float = 0.9,
                  max_tokens: int = 2048, timeout_s: float = 120.0, max_concurrency: int = 8,
                  send_tools: bool = True, tool_role: str = "tool", retries: int = 4, backoff_s: float = 1.0,
                  sleep=time.sleep):
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.api_key = model, api_key
-        self.temperature, self.max_tokens, self.timeout_s = temperature, max_tokens, timeout_s
+        self.endpoint = ChatEndpoint(base_url, api_key=api_key, timeout_s=timeout_s, retries=retries,
+                                     backoff_s=backoff_s, sleep=sleep)
+        self.url, self.model = self.endpoint.url, model
+        self.temperature, self.max_tokens = temperature, max_tokens
         self.max_concurrency, self.send_tools = max_concurrency, send_tools
-        if retries < 0 or backoff_s < 0:
-            raise ValueError(f"retries={retries}, backoff_s={backoff_s}: expected >= 0")
-        self.retries, self.backoff_s, self._sleep = retries, backoff_s, sleep
-        self.failures = 0  # replies given up on after their retries (for logs and tests)
         if tool_role not in ("tool", "user"):
             raise ValueError(f"tool_role must be 'tool' or 'user', got {tool_role!r}")
         # Servers that insist on tool_call_id pairing can get observations as user turns instead.
         self.tool_role = tool_role
-        # A local server (tests, a model served on this host) must not go through an HTTP proxy.
-        local = urllib.parse.urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if local else None))
+
+    @property
+    def failures(self) -> int:
+        """Replies given up on after their retries (for logs and tests)."""
+        return self.endpoint.failures
 
     def _request(self, messages: list[dict]) -> Reply:
         """One reply, retried on infrastructure failures; a `Reply(failure=...)` when they persist."""
-        error = ""
-        for attempt in range(self.retries + 1):
-            try:
-                return self._request_once(messages)
-            except _Retryable as err:
-                error = str(err)
-                if attempt < self.retries:
-                    self._sleep(min(30.0, self.backoff_s * 2 ** attempt))
-            except _Fatal as err:
-                error = str(err)
-                break
-        self.failures += 1
-        return Reply("", failure=error)
-
-    def _request_once(self, messages: list[dict]) -> Reply:
         body = {"model": self.model, "messages": [_wire_message(m, self.tool_role) for m in messages],
                 "temperature": self.temperature, "max_tokens": self.max_tokens}
         if self.send_tools:
             body["tools"] = TOOLS
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        try:
-            with self._opener.open(request, timeout=self.timeout_s) as response:
-                payload = json.loads(response.read())
-        except urllib.error.HTTPError as err:
-            kind = _Retryable if err.code in self.RETRY_STATUS else _Fatal
-            raise kind(f"{self.url} answered HTTP {err.code}: {err.read()[:500]!r}") from err
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
-            raise _Retryable(f"{self.url}: {err}") from err
-        except ValueError as err:  # the body is not JSON
-            raise _Retryable(f"{self.url} returned a body that is not JSON: {err}") from err
-        try:
-            message = payload["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError) as err:
-            raise _Retryable(f"{self.url} returned no choices[0].message: {str(payload)[:500]}") from err
-        text = message.get("content") or ""
-        for call in message.get("tool_calls") or []:
-            function = call.get("function", {})
-            arguments = function.get("arguments", "{}")
-            try:
-                arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
-            except ValueError:
-                pass  # keep the broken string: the loop's parser reports or repairs it
-            text += "\n<tool_call>" + json.dumps({"name": function.get("name"), "arguments": arguments}) + "</tool_call>"
-        usage = payload.get("usage") or {}
-        return Reply(text, prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"))
+        reply, error = self.endpoint.complete(body, _reply_of)
+        return reply if reply is not None else Reply("", failure=error)
 
     def respond(self, conversations: Sequence[list[dict]]) -> list[Reply]:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.max_concurrency)) as pool:
             return list(pool.map(self._request, conversations))
 
 
-class _Retryable(RuntimeError):
-    """An infrastructure failure worth another try."""
-
-
-class _Fatal(RuntimeError):
-    """A request the server refuses as such (retrying cannot help)."""
+def _reply_of(completion: dict) -> Reply:
+    """The assistant turn of a chat completion; structured `tool_calls` rewritten as `<tool_call>` text."""
+    message = completion["choices"][0]["message"]
+    text, calls = message.get("content") or "", message.get("tool_calls") or []
+    if not isinstance(text, str) or not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        raise ValueError(f"expected a string content and a list of tool_calls objects, got {str(message)[:300]}")
+    for call in calls:
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        arguments = function.get("arguments", "{}")
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            pass  # keep the broken string: the loop's parser reports or repairs it
+        text += "\n<tool_call>" + json.dumps({"name": function.get("name"), "arguments": arguments}) + "</tool_call>"
+    usage = completion.get("usage") or {}
+    return Reply(text, prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"))
 
 
 def _wire_message(message: dict, tool_role: str) -> dict:

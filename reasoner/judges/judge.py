@@ -22,12 +22,10 @@ import json
 import pathlib
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from typing import Protocol
 
+from reasoner.chat_http import ChatEndpoint
 from reasoner.judges.parse import Judgement, parse_judgement
 from reasoner.judges.prompts import (COVERAGE_SYSTEM, COVERAGE_USER, DATASET_NOTES, DIRECTIONALITY_SYSTEM,
                                      DIRECTIONALITY_USER)
@@ -112,26 +110,23 @@ def score_traces(judge: Judge, kind: str, prompts: Sequence[Messages],
 class EndpointJudge:
     """A judge behind an OpenAI-compatible chat endpoint (urllib only, temperature 0)."""
 
-    RETRY_STATUS = (408, 409, 429, 500, 502, 503, 504)
-
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, max_tokens: int = 8192,
                  timeout_s: float = 60.0, retries: int = 2, backoff_s: float = 1.0, max_concurrency: int = 8,
                  sleep=time.sleep):
-        if timeout_s <= 0 or retries < 0 or backoff_s < 0 or max_concurrency < 1 or max_tokens < 1:
-            raise ValueError(f"timeout_s={timeout_s}, retries={retries}, backoff_s={backoff_s}, "
-                             f"max_concurrency={max_concurrency}, max_tokens={max_tokens}: expected timeout_s > 0, "
-                             "retries >= 0, backoff_s >= 0, max_concurrency >= 1, max_tokens >= 1")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.api_key, self.max_tokens = model, api_key, max_tokens
-        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self.max_concurrency, self._sleep = max_concurrency, sleep
+        if max_concurrency < 1 or max_tokens < 1:
+            raise ValueError(f"max_concurrency={max_concurrency}, max_tokens={max_tokens}: expected both >= 1")
+        self.endpoint = ChatEndpoint(base_url, api_key=api_key, timeout_s=timeout_s, retries=retries,
+                                     backoff_s=backoff_s, sleep=sleep)
+        self.url, self.model, self.max_tokens, self.max_concurrency = self.endpoint.url, model, max_tokens, max_concurrency
         self.judge_id = f"endpoint:{self.url}:{model}:t0:max{max_tokens}"
-        self.failures = 0
-        self.last_error = ""
-        self._lock = threading.Lock()
-        # A judge on this host (tests, `reasoner serve`) must not go through an HTTP proxy.
-        local = urllib.parse.urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if local else None))
+
+    @property
+    def failures(self) -> int:
+        return self.endpoint.failures
+
+    @property
+    def last_error(self) -> str:
+        return self.endpoint.last_error
 
     def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
         if not prompts:
@@ -140,51 +135,15 @@ class EndpointJudge:
             return list(pool.map(self._request, prompts))
 
     def _request(self, messages: Messages) -> str | None:
-        error = ""
-        for attempt in range(self.retries + 1):
-            try:
-                return self._request_once(messages)
-            except _Retryable as err:
-                error = str(err)
-                if attempt < self.retries:
-                    self._sleep(min(30.0, self.backoff_s * 2 ** attempt))
-            except _Fatal as err:
-                error = str(err)
-                break
-        with self._lock:
-            self.failures += 1
-            self.last_error = error
-        return None
-
-    def _request_once(self, messages: Messages) -> str:
         body = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        try:
-            with self._opener.open(request, timeout=self.timeout_s) as response:
-                payload = response.read()
-        except urllib.error.HTTPError as err:
-            kind = _Retryable if err.code in self.RETRY_STATUS else _Fatal
-            raise kind(f"{self.url}: HTTP {err.code}") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
-            raise _Retryable(f"{self.url}: {type(err).__name__}: {err}") from None
-        try:
-            content = json.loads(payload)["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise _Retryable(f"{self.url}: the body is not a chat completion ({payload[:80]!r})") from None
-        if not isinstance(content, str):
-            raise _Retryable(f"{self.url}: message content is {type(content).__name__}, expected a string")
-        return content
+        return self.endpoint.complete(body, _content_of)[0]
 
 
-class _Retryable(Exception):
-    pass
-
-
-class _Fatal(Exception):
-    pass
+def _content_of(completion: dict) -> str:
+    content = completion["choices"][0]["message"].get("content")
+    if not isinstance(content, str):
+        raise ValueError(f"message content is {type(content).__name__}, expected a string")
+    return content
 
 
 class SamplerJudge:
