@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pathlib
 from typing import Sequence
 
 from reasoner.agents.policies import Reply
@@ -206,3 +207,20 @@ def encode_folio(problems: Sequence[LogicProblem], fol_records: Sequence[dict]) 
             continue
         encoded.append((problem, encoding))
     return encoded, failures
+
+
+def teacher_for(problems: Sequence[LogicProblem], data_root: str, *, timeout_s: int,
+                ) -> tuple[SymbolicTeacher, list[LogicProblem], list[tuple[str, str]]]:
+    """The teacher over what it can encode of `problems`: `(teacher, encoded problems, [(id, why not)])`.
+
+    FOLIO's FOL annotations are read from `{data_root}/folio/folio-validation.jsonl` (paired by position, see
+    `encode_folio`); every other dataset is parsed from its English theory (`encode_logic_llm`).
+    """
+    if problems and problems[0].dataset == "folio":
+        path = pathlib.Path(data_root) / "folio" / "folio-validation.jsonl"
+        with path.open(encoding="utf-8") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        encoded, failures = encode_folio(problems, records[:len(problems)])
+    else:
+        encoded, failures = encode_logic_llm(problems)
+    return SymbolicTeacher(encoded, timeout_s=timeout_s), [p for p, _ in encoded], failures

@@ -163,9 +163,9 @@ def run_rollout(args) -> int:
         return 2
     todo = [p for p in problems if p.id not in done]
     if args.model == "symbolic":
-        from reasoner.cli.smt_eval import _symbolic_policy
+        from reasoner.cli.smt_eval import symbolic_policy
 
-        policy, todo = _symbolic_policy(todo, args)
+        policy, todo = symbolic_policy(todo, args)
     else:
         policy = OpenAIChatPolicy(args.endpoint, args.model, api_key=os.environ.get(args.api_key_env),
                                   temperature=args.temperature, retries=args.retries)

@@ -68,19 +68,14 @@ def _problems(args):
     return load_problems(args.data_root, args.dataset, limit=args.limit)
 
 
-def _symbolic_policy(problems, args):
-    from reasoner.agents.symbolic_teacher import SymbolicTeacher, encode_folio, encode_logic_llm
+def symbolic_policy(problems, args):
+    """The symbolic teacher over what it can encode of `problems`; what it cannot is named on stderr."""
+    from reasoner.agents.symbolic_teacher import teacher_for
 
-    if problems and problems[0].dataset == "folio":
-        path = os.path.join(args.data_root, "folio", "folio-validation.jsonl")
-        with open(path, encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
-        encoded, failures = encode_folio(problems, records[:len(problems)])
-    else:
-        encoded, failures = encode_logic_llm(problems)
+    teacher, encoded, failures = teacher_for(problems, args.data_root, timeout_s=int(args.timeout))
     for pid, reason in failures:
         print(f"symbolic teacher: skipping {pid}: {reason}", file=sys.stderr)
-    return SymbolicTeacher(encoded, timeout_s=int(args.timeout)), [p for p, _ in encoded]
+    return teacher, encoded
 
 
 def run(args) -> int:
@@ -96,7 +91,7 @@ def run(args) -> int:
         print(f"reasoner smt eval: {err}", file=sys.stderr)
         return 2
     if args.model == "symbolic":
-        policy, problems = _symbolic_policy(problems, args)
+        policy, problems = symbolic_policy(problems, args)
     else:
         from reasoner.agents.sampler_policy import SamplerPolicy
         from reasoner.models import load_model

@@ -86,7 +86,8 @@ def wasted_turns(trajectory) -> int:
     return wasted
 
 
-def _parsed_programs(trajectory) -> list[collections.Counter]:
+def parsed_programs(trajectory) -> list[collections.Counter]:
+    """The SMT-LIB production counts of each program the trajectory sent to Z3 that parses (others are left out)."""
     programs = []
     for obs in trajectory.smt_observations:
         try:
@@ -103,7 +104,7 @@ def structural_divergence(trajectories) -> dict:
     finals = collections.defaultdict(list)
     first_last, adjacent = [], []
     for traj in trajectories:
-        programs = _parsed_programs(traj)
+        programs = parsed_programs(traj)
         if programs:
             finals[traj.problem_id].append(programs[-1])
         if len(programs) >= 2:

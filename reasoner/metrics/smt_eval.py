@@ -27,7 +27,7 @@ import numpy as np
 from reasoner.metrics import sample_metrics as sm
 from reasoner.metrics.intervals import bootstrap_interval
 from reasoner.metrics.reliability import pass_at_k_single, pass_hat_k_single
-from reasoner.metrics.smt import _parsed_programs, smt_metrics
+from reasoner.metrics.smt import parsed_programs, smt_metrics
 from reasoner.verifiers import smtlib
 from reasoner.verifiers.curation import grounding
 
@@ -104,7 +104,7 @@ def _final_programs(trajectories) -> collections.Counter:
     """The production counts of each trajectory's final parseable SMT call, pooled."""
     pooled: collections.Counter = collections.Counter()
     for traj in trajectories:
-        programs = _parsed_programs(traj)
+        programs = parsed_programs(traj)
         if programs:
             pooled.update(programs[-1])
     return pooled
