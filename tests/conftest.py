@@ -97,3 +97,21 @@ def shared_data() -> pathlib.Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2's tokenizer, loaded once per worker."""
+    from reasoner.tokenization import load_tokenizer
+    from tests.models_shared import smollm2_path
+
+    return load_tokenizer(smollm2_path())
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """Our SmolLM2 (f32), loaded once per worker and shared by every directory's tests."""
+    from reasoner.models import load_model
+    from tests.models_shared import smollm2_path
+
+    return load_model(str(smollm2_path()))

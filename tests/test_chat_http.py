@@ -3,7 +3,7 @@
 import pytest
 
 from reasoner.chat_http import ChatEndpoint
-from tests.agents.chat_stub import ChatStub, serve
+from tests.chat_stub import ChatStub, serve
 
 OK = {"choices": [{"message": {"role": "assistant", "content": "fine"}}]}
 

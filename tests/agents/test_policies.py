@@ -5,7 +5,7 @@ import json
 import pytest
 
 from reasoner.agents.policies import TOOLS, OpenAIChatPolicy, Reply, ScriptedPolicy, as_reply
-from tests.agents.chat_stub import ChatStub, serve
+from tests.chat_stub import ChatStub, serve
 
 
 def test_scripted_policy_replays_by_conversation_and_turn():

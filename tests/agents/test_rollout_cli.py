@@ -5,7 +5,7 @@ import json
 import pytest
 
 from reasoner.cli import main
-from tests.agents.chat_stub import ChatStub, serve
+from tests.chat_stub import ChatStub, serve
 from tests.agents.test_rollouts import MAX_CONTEXT
 
 REFUTATION = MAX_CONTEXT + "\n(assert (sour max))\n(check-sat)"

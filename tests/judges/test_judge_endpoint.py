@@ -1,57 +1,41 @@
 """EndpointJudge against a fake OpenAI-compatible server on 127.0.0.1: replies, timeouts, 500s, the cache."""
 
-import http.server
 import json
-import threading
 import time
 
 import pytest
 
 from reasoner.judges import CachedJudge, EndpointJudge, JudgeCounters, judge_messages, score_traces
+from tests.chat_stub import ChatStub, serve
 
 VERDICT = {"directionality_score": 1.0, "explanation": "forward"}
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 - http.server's name
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.bodies.append(body)
+class _Judge(ChatStub):
+    """A verdict for every trace; a trace containing HANG waits 2 s (past the client's timeout), FAIL500 gets 500."""
+
+    def reply(self, body):
         trace = body["messages"][-1]["content"]
         if "HANG" in trace:
-            time.sleep(self.server.hang_s)
+            time.sleep(2.0)
         if "FAIL500" in trace:
-            self.send_error(500, "boom")
-            return
+            return 500, b"boom"
         reply = "Thinking about the direction.\n" + json.dumps(VERDICT)
-        payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
+        return 200, {"choices": [{"message": {"role": "assistant", "content": reply}}]}
 
 
 @pytest.fixture
-def server():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.bodies, srv.hang_s = [], 2.0
-    srv.daemon_threads = True
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+def url():
+    with serve(_Judge) as base_url:
+        yield base_url
 
 
 def _prompt(trace):
     return judge_messages("directionality", source="balanced_copa", observation="Premise: x", reasoning=trace)
 
 
-def test_timeouts_and_500s_score_zero_and_the_rest_goes_on(server):
-    judge = EndpointJudge(f"http://127.0.0.1:{server.server_port}/v1", "judge", timeout_s=0.3, retries=1,
+def test_timeouts_and_500s_score_zero_and_the_rest_goes_on(url):
+    judge = EndpointJudge(url, "judge", timeout_s=0.3, retries=1,
                           backoff_s=0.0, max_concurrency=4)
     counters = JudgeCounters()
     traces = ["given the premise", "HANG", "FAIL500", "given the evidence"]
@@ -60,28 +44,27 @@ def test_timeouts_and_500s_score_zero_and_the_rest_goes_on(server):
     assert [j.valid for j in out] == [True, False, False, True]
     assert (counters.failed, counters.valid, counters.invalid) == (2, 2, 0)
     assert judge.failures == 2
-    assert all(b["temperature"] == 0.0 for b in server.bodies)
+    assert all(b["temperature"] == 0.0 for b in _Judge.bodies)
     # 2 good + (1 + 1 retry) for each failing row.
-    assert len(server.bodies) == 6
+    assert len(_Judge.bodies) == 6
 
 
-def test_cache_avoids_a_second_call_and_survives_a_restart(server, tmp_path):
-    url = f"http://127.0.0.1:{server.server_port}/v1"
+def test_cache_avoids_a_second_call_and_survives_a_restart(url, tmp_path):
     path = tmp_path / "judge_cache.jsonl"
     counters = JudgeCounters()
     cached = CachedJudge(EndpointJudge(url, "judge", timeout_s=5.0, retries=0), path, counters)
     prompts = [_prompt("given a"), _prompt("given b"), _prompt("given a"), _prompt("FAIL500")]
     first = cached.reply(prompts)
-    assert len(server.bodies) == 3  # the duplicate prompt is asked once
+    assert len(_Judge.bodies) == 3  # the duplicate prompt is asked once
     assert first[0] == first[2] and first[3] is None
     again = CachedJudge(EndpointJudge(url, "judge", timeout_s=5.0, retries=0), path, counters)
     assert again.reply(prompts[:3]) == first[:3]
-    assert len(server.bodies) == 3 and counters.cache_hits == 3
+    assert len(_Judge.bodies) == 3 and counters.cache_hits == 3
     assert again.reply(prompts[3:]) == [None]  # failures are not cached: asked again
-    assert len(server.bodies) == 4
+    assert len(_Judge.bodies) == 4
     other = CachedJudge(EndpointJudge(url, "other-judge", timeout_s=5.0, retries=0), path)
     other.reply(prompts[:1])  # a different judge id is a different key
-    assert len(server.bodies) == 5
+    assert len(_Judge.bodies) == 5
 
 
 def test_dead_endpoint_fails_every_row_without_raising():

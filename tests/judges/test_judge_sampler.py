@@ -3,7 +3,7 @@
 import pytest
 
 from reasoner.judges import CachedJudge, JudgeCounters, SamplerJudge, judge_messages, score_traces
-from tests.sampling.conftest import TINY, random_decoder, smollm2_path
+from tests.models_shared import TINY, random_decoder, smollm2_path
 
 
 @pytest.fixture(scope="module")

@@ -1,55 +1,39 @@
 """Judged coverage / directionality rewards in the registry and the CEDAR composite R with per-component values."""
 
-import http.server
 import json
-import threading
 
 import numpy as np
 import pytest
 
 from reasoner.rewards import CompositeReward, build_reward
+from tests.chat_stub import ChatStub, serve
 
 COVERAGE = {"overall_analysis": "a", "observation_details": [
     {"detail": "a", "addressed": True, "evidence": "x"}, {"detail": "b", "addressed": True, "evidence": "y"},
     {"detail": "c", "addressed": False, "evidence": ""}, {"detail": "d", "addressed": False, "evidence": ""}]}
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Judge(ChatStub):
     """Coverage prompts get 2/4 addressed; directionality prompts get 1.0 for FORWARD traces, 0.0 otherwise;
     a trace containing FAIL500 gets HTTP 500, one containing GARBAGE a reply with no JSON."""
 
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.bodies.append(body)
+    def reply(self, body):
         user = body["messages"][-1]["content"]
         if "FAIL500" in user:
-            self.send_error(500)
-            return
+            return 500, b"boom"
         if "GARBAGE" in user:
             reply = "I cannot decide."
         elif "observation_details" in body["messages"][0]["content"]:
             reply = "Details listed.\n" + json.dumps(COVERAGE)
         else:
             reply = json.dumps({"directionality_score": 1.0 if "FORWARD" in user else 0.0, "explanation": "e"})
-        payload = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
+        return 200, {"choices": [{"message": {"content": reply}}]}
 
 
 @pytest.fixture
 def judge_url():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.bodies = []
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}/v1", srv
-    srv.shutdown()
-    srv.server_close()
+    with serve(_Judge) as url:
+        yield url, _Judge
 
 
 def _specs(url, cache, l_cor, l_cov, l_dir):

@@ -89,15 +89,18 @@ def test_chi_square_first_and_second_tokens_through_the_engine(small_vocab_model
     prompt = [4, 9, 1]
     params = SamplingParams(max_new_tokens=2, temperature=1.4, top_k=12, top_p=0.95, n=4000, seed=5, eos_ids=())
     out = Sampler(small_vocab_model).generate([prompt], params)
-    first = np.array([c.tokens[0] for c in out])
-    ref = reference_distribution(teacher_forced_logits(small_vocab_model, prompt)[-1], temperature=1.4, top_k=12,
-                                 top_p=0.95)
-    _chi_square(first, ref)
+    assert_first_two_tokens_follow_the_forward(small_vocab_model, prompt, [c.tokens for c in out], params)
+
+
+def assert_first_two_tokens_follow_the_forward(model, prompt, draws, params):
+    """Chi-square: the first tokens of `draws` against the filtered softmax of the plain forward at `prompt`, then
+    the second tokens of the draws that start with the most common first token against the forward there."""
+    first = np.array([d[0] for d in draws])
+    warp = dict(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
+    _chi_square(first, reference_distribution(teacher_forced_logits(model, prompt)[-1], **warp))
     top = np.bincount(first).argmax()
-    second = np.array([c.tokens[1] for c in out if c.tokens[0] == top])
-    ref2 = reference_distribution(teacher_forced_logits(small_vocab_model, prompt + [top])[-1], temperature=1.4,
-                                  top_k=12, top_p=0.95)
-    _chi_square(second, ref2)
+    second = np.array([d[1] for d in draws if d[0] == top])
+    _chi_square(second, reference_distribution(teacher_forced_logits(model, prompt + [top])[-1], **warp))
 
 
 def _chi_square(draws, ref):

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tests.sampling.conftest import TINY, random_decoder, smollm2_path
+from tests.models_shared import TINY, random_decoder
 
 
 class LogLines(logging.Handler):
@@ -50,13 +50,6 @@ def start_server(model, tokenizer, **kwargs) -> Running:
     logger.setLevel(logging.INFO)
     kwargs.setdefault("model_name", "test-model")
     return Running(build_server(model, tokenizer, port=0, **kwargs), log)
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    from reasoner.tokenization import load_tokenizer
-
-    return load_tokenizer(smollm2_path())
 
 
 @pytest.fixture(scope="session")

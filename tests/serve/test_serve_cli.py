@@ -13,7 +13,7 @@ import time
 import pytest
 
 from reasoner.cli import main
-from tests.sampling.conftest import TINY, random_decoder
+from tests.models_shared import TINY, random_decoder
 
 pytestmark = pytest.mark.slow
 
