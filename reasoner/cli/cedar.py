@@ -23,27 +23,20 @@ def run_check(args) -> int:
     import pathlib
     import sys
 
+    from reasoner.data.jsonl import iter_jsonl
     from reasoner.tasks.cedar_verify import load_records, score
 
     try:
         records = {str(r.id): r for r in load_records(args.source, args.input)}
         path = pathlib.Path(args.completions)
-        if not path.is_file():
-            raise ValueError(f"--completions {path}: no such file")
         rows = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as err:
-                raise ValueError(f"{path}:{n + 1}: not a JSON line ({err})") from None
-            if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("completion"), str):
-                raise ValueError(f'{path}:{n + 1}: expected {{"id": ..., "completion": "..."}}')
+        for n, row in iter_jsonl(path, what='{"id": ..., "completion": "..."}'):
+            if "id" not in row or not isinstance(row.get("completion"), str):
+                raise ValueError(f'{path}:{n}: expected {{"id": ..., "completion": "..."}}')
             if str(row["id"]) not in records:
-                raise ValueError(f"{path}:{n + 1}: id {row['id']!r} is not a record of {args.input}")
+                raise ValueError(f"{path}:{n}: id {row['id']!r} is not a record of {args.input}")
             rows.append(row)
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         print(f"reasoner cedar check: {err}", file=sys.stderr)
         return 2
     for row in rows:

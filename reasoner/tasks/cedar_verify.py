@@ -20,10 +20,10 @@ pass (a timeout scores 0 here).
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import re
-from collections.abc import Iterator
+
+from reasoner.data.jsonl import iter_jsonl
 
 SOURCES = ("abductionrules", "uniadilr", "list_functions", "crypto", "balanced_copa", "climate_fever", "causelogics")
 CLIMATE_FEVER_LABELS = {0: "SUPPORTS", 1: "REFUTES", 2: "NOT ENOUGH INFO", 3: "DISPUTED"}
@@ -53,20 +53,6 @@ def first_answer_span(text: str) -> str | None:
     return None if end is None else text[start.end():end.start()].strip()
 
 
-def _jsonl(path: pathlib.Path) -> Iterator[tuple[int, dict]]:
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as err:
-                raise ValueError(f"{path}:{n + 1}: not a JSON line ({err})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{n + 1}: expected a JSON object, got {type(row).__name__}")
-            yield n, row
-
-
 def _field(row: dict, key: str, where: str):
     if key not in row:
         raise ValueError(f"{where}: missing field {key!r} (has {sorted(row)})")
@@ -86,8 +72,8 @@ def load_records(source: str, path: str | pathlib.Path) -> list[CedarRecord]:
     if not path.is_file():
         raise ValueError(f"--input {path}: no such file")
     out = []
-    for n, row in _jsonl(path):
-        where = f"{path}:{n + 1}"
+    for lineno, row in iter_jsonl(path, what=f"{source} records"):
+        n, where = lineno - 1, f"{path}:{lineno}"  # n: the 0-based line, the id of records that carry none
         if source == "abductionrules":
             for q in _field(row, "questions", where):
                 out.append(CedarRecord(_field(q, "id", where), source, str(_field(q, "label", where))))
