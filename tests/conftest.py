@@ -17,6 +17,19 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# One persistent compilation cache for the whole run, shared by both xdist workers and every subprocess they start:
+# the controller makes a fresh directory at import and the workers it spawns inherit the variable, so each run
+# starts cold (a reproducible duration) and programs that repeat across tests (the same tiny configs, every CLI
+# test's fresh process) compile once. A tiny model's steps compile in well under JAX's 1 s threshold, so every
+# program is cached. A hit is the executable a compile would have built (JAX keys it on program, shardings,
+# devices, options and versions). The controller removes the directory at the end.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="reasoner-tests-xla-")
+    os.environ["REASONER_TESTS_OWN_XLA_CACHE"] = "1"
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import importlib.util  # noqa: E402
 import pathlib  # noqa: E402
@@ -69,6 +82,11 @@ def ci_missing() -> list[str]:
             missing.append(f"sandbox isolation layers {absent} are not active here "
                            "(reasoner.verifiers.sandbox.isolation_report); the sandbox tests would test less")
     return missing
+
+
+def pytest_unconfigure(config):
+    if os.environ.get("REASONER_TESTS_OWN_XLA_CACHE") and not hasattr(config, "workerinput"):  # the controller
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 def pytest_configure(config):

