@@ -42,16 +42,18 @@ def test_batched_sampler_episodes_equal_single_runs(tiny_model, tokenizer):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(1200)
 def test_smollm2_batched_episodes_equal_single_runs(smollm2, tokenizer):
-    """The real model: 4 episodes in one batch equal their single runs under greedy decoding."""
-    problems, script = PROBLEMS[:4], np.array([[0, 4], [2, 4], [3, 0], [1, 4]])
-    lm = CountingLM(SamplerLM(smollm2, tokenizer, max_new_tokens=24, max_len=2048))
-    env4, _ = _run(lm, problems, script)
-    assert lm.calls == len(env4.stage_log)
-    # (SmolLM2-135M with 24 new tokens does not follow the score format: every state parsed as unparseable, all
-    # zero, in the run of 2026-12-01; so this test checks only that batching changes nothing.)
-    for i in range(4):
-        env1, _ = _run(SamplerLM(smollm2, tokenizer, max_new_tokens=24, max_len=2048), problems[i:i + 1],
+    """The real model: 2 episodes in one batch (Decompose then Terminate; Debate then Reason) equal their single
+    runs under greedy decoding. The 16-episode batch over every block is the tiny model's test above; this one checks
+    that SmolLM2's numerics do not make a batched row differ from its single run."""
+    problems, script = PROBLEMS[:2], np.array([[1, TERMINATE], [2, 0]])
+    lm = CountingLM(SamplerLM(smollm2, tokenizer, max_new_tokens=16, max_len=1024))
+    env2, _ = _run(lm, problems, script)
+    assert lm.calls == len(env2.stage_log)
+    # (SmolLM2-135M with 16 new tokens does not follow the score format: every state parses as unparseable, all
+    # zero, in the runs of 2026-12-01; so this test checks only that batching changes nothing.)
+    for i in range(2):
+        env1, _ = _run(SamplerLM(smollm2, tokenizer, max_new_tokens=16, max_len=1024), problems[i:i + 1],
                        script[i:i + 1])
-        assert _key(env1.episodes[0]) == _key(env4.episodes[i]), i
+        assert _key(env1.episodes[0]) == _key(env2.episodes[i]), i
