@@ -194,12 +194,17 @@ def reference_efficiency(problems: Sequence[AStarProblem], heuristics: Sequence[
 def write_report(results: Sequence[EvalResult], out_dir, *, name: str = "eval", title: str | None = None,
                  reference: dict | None = None, extra: dict | None = None) -> dict[str, str]:
     """Writes `<name>.json` (reports, Pareto fronts, extra), `<name>.png` (accuracy vs efficiency) and
-    `<name>_completions.jsonl` (every completion with its scores); returns the paths."""
+    `<name>_completions.jsonl` (every completion with its scores); returns the paths. In a job of several
+    processes only process 0 writes (the others return the same paths)."""
+    from reasoner.distributed import is_primary
     from reasoner.metrics.pareto import plot_accuracy_efficiency
 
     if not results:
         raise ValueError("results is empty: nothing to report")
     out = pathlib.Path(out_dir)
+    if not is_primary():
+        return {"json": str(out / f"{name}.json"), "png": str(out / f"{name}.png"),
+                "completions": str(out / f"{name}_completions.jsonl")}
     out.mkdir(parents=True, exist_ok=True)
     png = out / f"{name}.png"
     fronts = plot_accuracy_efficiency([r.point for r in results], path=png, reference_efficiency=reference,

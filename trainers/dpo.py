@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import pathlib
 
 import jax
@@ -126,7 +127,7 @@ def _cached_reference(path: pathlib.Path, key: str, compute) -> dict[str, np.nda
                 return {k: z[k] for k in ("ref_chosen_logps", "ref_rejected_logps")}
     values = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
+    tmp = path.with_name(f"{path.stem}.tmp.{os.getpid()}.npz")  # one per process: writers of a job never interleave
     np.savez(tmp, key=key, **values)
     tmp.replace(path)
     return values

@@ -369,6 +369,7 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
     """
     from reasoner.checkpoint import RunCheckpoints, check_workdir, fingerprint
     from reasoner.metrics.curves import MetricsWriter
+    from trainers.loop import is_primary
 
     cfg = _section(config)
     n = int(cfg.episodes_per_batch)
@@ -391,7 +392,7 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
         workdir.mkdir(parents=True, exist_ok=True)
         check_workdir(workdir)
         ckpt = RunCheckpoints(workdir, keep=2, async_save=False)
-        writer = MetricsWriter(workdir / "metrics.jsonl")
+        writer = MetricsWriter(workdir / "metrics.jsonl", enabled=is_primary())
         resumed_from = ckpt.latest_step()
         if resumed_from is not None:
             state, data_state, _ = ckpt.restore(state, expected_meta=meta)

@@ -7,10 +7,10 @@ search order (heuristic "zero" = Dijkstra, "dependency", "true"), as in the pape
 
 from __future__ import annotations
 
-import json
 import pathlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
+from reasoner.data.jsonl import write_jsonl
 from reasoner.tasks.astar import AStarProblem, prompt_messages, sft_completion
 
 __all__ = ["sft_example", "sft_examples", "write_jsonl", "write_splits", "deeprd_records"]
@@ -24,18 +24,6 @@ def sft_example(problem: AStarProblem, *, heuristic: str = "dependency") -> dict
 
 def sft_examples(problems: Iterable[AStarProblem], *, heuristic: str = "dependency") -> list[dict]:
     return [sft_example(p, heuristic=heuristic) for p in problems]
-
-
-def write_jsonl(path, examples: Sequence[Mapping]) -> pathlib.Path:
-    """One JSON object per line; the parent directory is created. Returns the path."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for ex in examples:
-            f.write(json.dumps(ex, ensure_ascii=False) + "\n")
-    tmp.replace(path)  # a half-written file never looks complete to the TFDS builder
-    return path
 
 
 def write_splits(out_dir, splits: Mapping[str, Iterable[AStarProblem]], *, heuristic: str = "dependency"

@@ -2,6 +2,7 @@
 
     for lineno, record in iter_jsonl(path, what="one A* record per line"): ...
     rows = read_jsonl(path)                       # list of dicts
+    write_jsonl(path, rows)                       # atomic: readers never see half a file
 
 Bad input is a `ValueError` of one line, `"<path>:<line>: not valid JSON (<reason>); expected <what>"` (or "...:
 expected a JSON object ..."); a missing file is a `FileNotFoundError` naming it.
@@ -10,8 +11,9 @@ expected a JSON object ..."); a missing file is a `FileNotFoundError` naming it.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 
 def parse_object(line: str, *, where: str, what: str = "one JSON object per line") -> dict[str, Any]:
@@ -39,3 +41,20 @@ def iter_jsonl(path, *, what: str = "one JSON object per line") -> Iterator[tupl
 def read_jsonl(path, *, what: str = "one JSON object per line") -> list[dict[str, Any]]:
     """Every record of `path`, in order."""
     return [record for _, record in iter_jsonl(path, what=what)]
+
+
+def write_jsonl(path, rows: Iterable[Mapping[str, Any]], *, default=None) -> pathlib.Path:
+    """One JSON object a line, written to a temporary file of this process and renamed into place: a reader (the
+    TFDS builder, the next stage) never sees half a file, and processes of one job that write the same file on a
+    shared disk never interleave (the last rename wins, and their contents are the same). Returns the path."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False, default=default) + "\n")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # after a failure: the old file stays whole and no temporary is left
+    return path

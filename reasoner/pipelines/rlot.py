@@ -29,6 +29,7 @@ from reasoner.agents.rlot import inference
 from reasoner.agents.rlot.env import ThoughtEnv
 from reasoner.agents.rlot.llm import SamplerLM
 from reasoner.agents.rlot.setup import env_args, load_model_and_tokenizer, split_problems
+from reasoner.distributed import is_primary
 
 __all__ = ["run", "format_table"]
 
@@ -104,7 +105,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
     navigator = train_dqn(train_env, config, workdir=workdir / "navigator", on_batch=on_batch)
     times["train"] = time.perf_counter() - tick
-    if navigator.history:
+    if navigator.history and is_primary():
         plot_training(navigator.history, report_dir / "rlot_training.png")
 
     tick = time.perf_counter()
@@ -137,7 +138,8 @@ def run(config, *, workdir, progress: bool = True) -> dict:
             {"id": ep.problem.id, "blocks": ep.blocks, "answer": ep.answer, "gold": ep.problem.gold,
              "correct": ep.correct, "rewards": ep.rewards} for ep in episodes],
     }
-    (report_dir / "report.json").write_text(json.dumps(report, indent=1, default=_jsonable))
+    if is_primary():
+        (report_dir / "report.json").write_text(json.dumps(report, indent=1, default=_jsonable))
     table = format_table(methods)
     print(table, flush=True)
     for n in ("2", "3"):

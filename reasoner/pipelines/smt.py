@@ -29,6 +29,8 @@ import json
 import pathlib
 import time
 
+from reasoner.data.jsonl import write_jsonl
+from reasoner.distributed import is_primary
 from reasoner.tasks.logic_llm import FILES
 
 TABLE_KEYS = ("pass@{k}", "pass^{k}", "avg@{k}", "vcr", "soundness")
@@ -91,11 +93,6 @@ def curation_counts(rollout) -> dict:
             "infrastructure_failures": rollout.metrics.get("infrastructure_failures", 0)}
 
 
-def _write_jsonl(path: pathlib.Path, rows) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
 def _trainer_config(config, section: str, *, export_dir):
     from configs import dpo_smt, sft_smt
 
@@ -121,6 +118,12 @@ def format_table(reports: list[dict], k: int) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def _write_summary(workdir: pathlib.Path, summary: dict) -> None:
+    """report/smt.json, rewritten after each stage so a stopped run keeps what it finished (process 0 only)."""
+    if is_primary():
+        (workdir / "report" / "smt.json").write_text(json.dumps(summary, indent=1, default=str))
 
 
 def plot(reports: list[dict], k: int, path: pathlib.Path) -> None:
@@ -192,22 +195,22 @@ def run(config, *, workdir, progress: bool = True) -> dict:
             result = evaluate_policy(policy_for(model, float(config.eval.temperature), config.seed), test,
                                      runner=runner, k=k, t_max=int(r.t_max), timeout_cap_s=float(r.z3_timeout_s),
                                      problems_per_batch=int(r.problems_per_batch), seed=config.seed)
-            _write_jsonl(workdir / "report" / f"samples_{label.split()[0].lower().replace('+', '_')}.jsonl",
+            write_jsonl(workdir / "report" / f"samples_{label.split()[0].lower().replace('+', '_')}.jsonl",
                          result.rows)
             report = {"label": label, "problems": len(test), "summary": result.summary}
             summary["reports"].append(report)
             s = result.summary
             _log(f"{label}: " + ", ".join(f"{key}={s[key]:.3f}" for key in (f"pass@{k}", f"pass^{k}", f"avg@{k}",
                                                                              "vcr") if s[key] is not None))
-            (workdir / "report" / "smt.json").write_text(json.dumps(summary, indent=1, default=str))
+            _write_summary(workdir, summary)
             return report
 
         policy, taught = teacher_policy(config, train)
         teacher = stage("teacher", lambda: rollouts(policy, taught, int(config.teacher.samples)))
         summary["curation_teacher"] = curation_counts(teacher)
         _log(f"teacher curation: {summary['curation_teacher']}")
-        _write_jsonl(workdir / "data" / "teacher.jsonl", teacher.rows)
-        _write_jsonl(workdir / "data" / "sft" / "train.jsonl", teacher.sft)
+        write_jsonl(workdir / "data" / "teacher.jsonl", teacher.rows)
+        write_jsonl(workdir / "data" / "sft" / "train.jsonl", teacher.sft)
 
         base = build_model(config.model, mesh=make_mesh(config.mesh))
         stage("eval_base", lambda: evaluate(base, "base"))
@@ -242,7 +245,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
             pairs = [p | {"tools": TOOLS} for p in pairs]
             summary["dpo_pairs"] = {"pairs": len(pairs), "hard_negatives": sum(p["hard_negative"] for p in pairs)}
-            _write_jsonl(workdir / "data" / "dpo" / "train.jsonl", pairs)
+            write_jsonl(workdir / "data" / "dpo" / "train.jsonl", pairs)
             if pairs:
                 cfg = _trainer_config(config, "dpo", export_dir=workdir / "dpo" / "export")
                 res = stage("dpo", lambda: dpo.train(cfg, workdir=workdir / "dpo", progress=progress,
@@ -256,8 +259,9 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
     seconds["total"] = round(time.perf_counter() - start_all, 1)
     summary["table"] = format_table(summary["reports"], k)
-    (workdir / "report" / "smt.json").write_text(json.dumps(summary, indent=1, default=str))
-    plot(summary["reports"], k, workdir / "report" / "smt.png")
+    _write_summary(workdir, summary)
+    if is_primary():
+        plot(summary["reports"], k, workdir / "report" / "smt.png")
     print("\n" + summary["table"], flush=True)
     print(f"\ncuration (teacher): {summary['curation_teacher']}", flush=True)
     if "curation_student" in summary:
