@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "train",
     "eval",
     "demo",
+    "report",
     "bench",
 )
 

@@ -119,53 +119,86 @@ def plot_accuracy_efficiency(
 
     reference_efficiency: {key: {name: efficiency}} drawn as dashed vertical lines (e.g. A* itself).
     """
+    fronts = plot_accuracy_efficiency_grid({"": (points, reference_efficiency)}, path=path,
+                                           efficiency_keys=efficiency_keys, title=title)
+    return fronts[""]
+
+
+def plot_accuracy_efficiency_grid(
+    rows: Mapping[str, tuple[Sequence[ModelPoint], Mapping[str, Mapping[str, float]] | None]],
+    *,
+    path,
+    efficiency_keys: Sequence[str] = ("pushes", "pops"),
+    title: str | None = None,
+) -> dict[str, dict[str, list[str]]]:
+    """One row of panels per entry of `rows` ({row title: (points, reference lines)}), one panel per key; each
+    row has its own Pareto front (a dataset's models are compared with each other only). Returns
+    {row title: {key: front labels}}."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if not points:
+    if not rows or any(not points for points, _ in rows.values()):
         raise ValueError("points is empty: nothing to plot")
-    for p in points:
-        missing = [k for k in efficiency_keys if k not in p.efficiency]
-        if missing:
-            raise ValueError(f"point {p.label!r} has no efficiency {missing}: expected keys {list(efficiency_keys)}")
-    groups = list(dict.fromkeys(p.group or p.label for p in points))
+    for points, _ in rows.values():
+        for p in points:
+            missing = [k for k in efficiency_keys if k not in p.efficiency]
+            if missing:
+                raise ValueError(f"point {p.label!r} has no efficiency {missing}: expected keys {list(efficiency_keys)}")
+    groups = list(dict.fromkeys(p.group or p.label for points, _ in rows.values() for p in points))
     colours = {g: plt.get_cmap("tab10")(i % 10) for i, g in enumerate(groups)}
-    fig, axes = plt.subplots(1, len(efficiency_keys), figsize=(5.0 * len(efficiency_keys), 4.2), squeeze=False)
-    fronts: dict[str, list[str]] = {}
-    for ax, key in zip(axes[0], efficiency_keys):
-        front = set(_front_of(points, key).tolist())
-        fronts[key] = [points[i].label for i in sorted(front)]
-        for i, p in enumerate(points):
-            x, y = p.efficiency[key], p.accuracy
-            xerr = _err(x, p.efficiency_interval.get(key))
-            yerr = _err(y, p.accuracy_interval)
-            colour = colours[p.group or p.label]
-            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=colour, ecolor=colour, alpha=0.9, capsize=3,
-                        markersize=8 if i in front else 6, markeredgecolor="black" if i in front else colour,
-                        markeredgewidth=2 if i in front else 1, label=p.label)
-        front_xy = sorted((points[i].efficiency[key], points[i].accuracy) for i in front)
-        if len(front_xy) > 1:
-            fx, fy = zip(*front_xy)
-            ax.step(fx, fy, where="pre", color="black", linewidth=1, alpha=0.5)
-        for j, (name, value) in enumerate((reference_efficiency or {}).get(key, {}).items()):
-            ax.axvline(value, linestyle="--", color=plt.get_cmap("Dark2")(j % 8), linewidth=1, label=name)
-        ax.set_xlabel(f"efficiency ({key})")
-        ax.set_ylabel("accuracy")
-        ax.set_xlim(-0.02, 1.02)
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
+    fig, axes = plt.subplots(len(rows), len(efficiency_keys), figsize=(5.0 * len(efficiency_keys), 4.2 * len(rows)),
+                             squeeze=False)
+    fronts: dict[str, dict[str, list[str]]] = {}
+    for ax_row, (row_title, (points, reference)) in zip(axes, rows.items()):
+        fronts[row_title] = {key: _panel(ax, points, key, reference, colours, row_title)
+                             for ax, key in zip(ax_row, efficiency_keys)}
+    handles: dict = {}
+    for ax in axes.flat:  # one legend entry per label over all panels
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    labels = list(handles)
+    fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8,
+               frameon=False)
     if title:
         fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(labels) // 4), 1, 1))
+    legend_rows = (len(labels) + 3) // 4
+    fig.tight_layout(rect=(0, min(0.5, (0.04 + 0.035 * legend_rows) / len(rows)), 1, 1))
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return fronts
+
+
+def _panel(ax, points: Sequence[ModelPoint], key: str, reference, colours, row_title: str) -> list[str]:
+    """One accuracy-vs-`key` panel: points with intervals, the front ringed and joined, dashed references."""
+    import matplotlib.pyplot as plt
+
+    front = set(_front_of(points, key).tolist())
+    for i, p in enumerate(points):
+        x, y = p.efficiency[key], p.accuracy
+        xerr = _err(x, p.efficiency_interval.get(key))
+        yerr = _err(y, p.accuracy_interval)
+        colour = colours[p.group or p.label]
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=colour, ecolor=colour, alpha=0.9, capsize=3,
+                    markersize=8 if i in front else 6, markeredgecolor="black" if i in front else colour,
+                    markeredgewidth=2 if i in front else 1, label=p.label)
+    front_xy = sorted((points[i].efficiency[key], points[i].accuracy) for i in front)
+    if len(front_xy) > 1:
+        fx, fy = zip(*front_xy)
+        ax.step(fx, fy, where="pre", color="black", linewidth=1, alpha=0.5)
+    for j, (name, value) in enumerate((reference or {}).get(key, {}).items()):
+        ax.axvline(value, linestyle="--", color=plt.get_cmap("Dark2")(j % 8), linewidth=1, label=name)
+    ax.set_xlabel(f"efficiency ({key})")
+    ax.set_ylabel("accuracy")
+    if row_title:
+        ax.set_title(row_title)
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    return [points[i].label for i in sorted(front)]
 
 
 def _err(value: float, interval: tuple[float, float] | None):
