@@ -7,7 +7,7 @@ import pytest
 
 from reasoner.agents.policies import TOOLS
 from reasoner.data.chat_jsonl import build_chat_dataset, parse_line
-from reasoner.tokenization import encode_prompt_completion, load_tokenizer, render_chat
+from reasoner.tokenization import encode_prompt_completion, render_chat
 
 PROMPT = [{"role": "system", "content": "You are a logician."}, {"role": "user", "content": "Is Max sour?"}]
 TURNS = [
@@ -16,11 +16,6 @@ TURNS = [
     {"role": "tool", "name": "z3_solve", "content": '{"success": true, "sat_result": "unsat"}'},
     {"role": "assistant", "content": '<tool_call>{"name": "finish", "arguments": {"answer": "B"}}</tool_call>'},
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("smollm2-135m-instruct")
 
 
 def _template_mask(tokenizer, messages, tools):

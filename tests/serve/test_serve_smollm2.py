@@ -28,13 +28,6 @@ def smollm2_server(smollm2, tokenizer):
     running.close()
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from reasoner.models import load_model
-
-    return load_model("smollm2-135m-instruct")
-
-
 def test_greedy_chat_and_stream_equal_the_sampler(smollm2_server, smollm2, tokenizer):
     client = smollm2_server.client
     out = client.chat.completions.create(model="smollm2-135m-instruct", messages=QUESTION, temperature=0,
