@@ -12,7 +12,7 @@ export JAX_PLATFORMS ?= cpu
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup demo test test-fast clean
+.PHONY: setup demo test test-all test-fast clean
 
 setup: $(STAMP)
 
@@ -30,7 +30,12 @@ $(STAMP): pyproject.toml requirements-lock.txt
 demo: $(STAMP)
 	$(BIN)/reasoner demo --workdir $(WORKDIR)
 
+# The suite (what CI runs): every test but the `full` tier (tests/conftest.py FULL_TIER, each the costlier twin of
+# a test that stays); test-all adds that tier.
 test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --durations=15 -q -m "not full"
+
+test-all: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --durations=15 -q
 
 test-fast: $(STAMP)

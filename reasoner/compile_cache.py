@@ -10,6 +10,10 @@ Where: `$JAX_COMPILATION_CACHE_DIR` when it is set (JAX reads it itself; a `gs:/
 `$REASONER_COMPILE_CACHE`, else `<reasoner cache>/xla` (`~/.cache/reasoner/xla`). `REASONER_COMPILE_CACHE=off`
 turns it off. Only programs that took at least `JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS` (JAX's default 1 s)
 to compile are written.
+
+In a job of several processes the default location is not used: every process would write the same entries into
+its own home, and a two-process run that shared one cache once missed JAX's shutdown barrier (2026-12-01, under
+load; not shown to be the cause, but not worth the risk by default). Naming a directory in either variable opts in.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import sys
 OFF = ("0", "off", "none", "false")
 
 
-def cache_path() -> str | None:
+def cache_path(*, multi_process: bool = False) -> str | None:
     """The directory this process compiles into, or None when the cache is off."""
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return os.environ["JAX_COMPILATION_CACHE_DIR"]
@@ -29,14 +33,16 @@ def cache_path() -> str | None:
         return None
     if setting:
         return setting
+    if multi_process:
+        return None
     from reasoner.tokenization import cache_dir
 
     return str(cache_dir() / "xla")
 
 
-def enable() -> str | None:
-    """Points JAX at `cache_path()` (before or after JAX was imported); returns the directory or None."""
-    path = cache_path()
+def enable(*, multi_process: bool = False) -> str | None:
+    """Points JAX at `cache_path()` (before its first compile); returns the directory or None."""
+    path = cache_path(multi_process=multi_process)
     if path is None:
         return None
     os.environ["JAX_COMPILATION_CACHE_DIR"] = path

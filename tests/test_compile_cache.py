@@ -12,8 +12,9 @@ def test_where_the_cache_goes(monkeypatch, tmp_path):
     monkeypatch.setenv("REASONER_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("REASONER_COMPILE_CACHE", raising=False)
     assert compile_cache.cache_path() == str(tmp_path / "cache" / "xla")
+    assert compile_cache.cache_path(multi_process=True) is None  # a job of several processes opts in explicitly
     monkeypatch.setenv("REASONER_COMPILE_CACHE", str(tmp_path / "mine"))
-    assert compile_cache.cache_path() == str(tmp_path / "mine")
+    assert compile_cache.cache_path() == compile_cache.cache_path(multi_process=True) == str(tmp_path / "mine")
     for off in ("off", "0", "none"):
         monkeypatch.setenv("REASONER_COMPILE_CACHE", off)
         assert compile_cache.cache_path() is None

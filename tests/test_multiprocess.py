@@ -48,7 +48,8 @@ def _train_args(kind, data, workdir, *, epochs: int) -> list[str]:
 
 
 def _env(devices: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REASONER_")}
+    # no persistent compilation cache: a multi-process job does not use one by default (reasoner.compile_cache)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REASONER_", "JAX_COMPILATION_CACHE"))}
     env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
     return env
 

@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         from reasoner.compile_cache import enable
         from reasoner.distributed import maybe_initialize
 
-        enable()  # compiled programs persist on disk: a restart or the next stage does not compile them again
-        maybe_initialize()  # before the handler: JAX must not have touched a device yet
+        spec = maybe_initialize()  # before the handler: JAX must not have touched a device yet
+        enable(multi_process=spec.is_multi_process)  # compiled programs persist: a restart does not recompile
         code = args.func(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
