@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tests.models.tiny_checkpoints import make_hf_model, save_hf
+from tests.tolerances import f32_sum_bound, logprob_atol
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,11 @@ def test_sft_baseline_child_reports_trl_steps_and_the_loss_of_our_batch(tmp_path
     logp = np.asarray(jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1))
     picked = np.take_along_axis(logp, np.asarray(tokens[:, 1:])[..., None], -1)[..., 0]
     mask = batch["loss_mask"][0][:, 1:].astype(bool)
-    assert abs(result["first_loss"] - float(-picked[mask].mean())) < 1e-4
+    # PyTorch's forward vs ours over the same weights: each log-prob within the float32 error at this depth and
+    # logit scale, and so their mean; plus the mean's own sum of n terms in either order
+    n = int(mask.sum())
+    tol = logprob_atol(np.asarray(logits), model.cfg, seq_len=64) + f32_sum_bound(picked[mask], n) / n
+    assert abs(result["first_loss"] - float(-picked[mask].mean())) <= tol
 
 
 def test_an_unknown_environment_kind_is_refused():
