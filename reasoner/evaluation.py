@@ -196,31 +196,27 @@ def write_report(results: Sequence[EvalResult], out_dir, *, name: str = "eval", 
     """Writes `<name>.json` (reports, Pareto fronts, extra), `<name>.png` (accuracy vs efficiency) and
     `<name>_completions.jsonl` (every completion with its scores); returns the paths. In a job of several
     processes only process 0 writes (the others return the same paths)."""
+    from reasoner.data.jsonl import write_jsonl
     from reasoner.distributed import is_primary
     from reasoner.metrics.pareto import plot_accuracy_efficiency
 
     if not results:
         raise ValueError("results is empty: nothing to report")
     out = pathlib.Path(out_dir)
+    png, js, comp = out / f"{name}.png", out / f"{name}.json", out / f"{name}_completions.jsonl"
+    paths = {"json": str(js), "png": str(png), "completions": str(comp)}
     if not is_primary():
-        return {"json": str(out / f"{name}.json"), "png": str(out / f"{name}.png"),
-                "completions": str(out / f"{name}_completions.jsonl")}
+        return paths
     out.mkdir(parents=True, exist_ok=True)
-    png = out / f"{name}.png"
     fronts = plot_accuracy_efficiency([r.point for r in results], path=png, reference_efficiency=reference,
                                       title=title)
     doc = {"models": [r.report for r in results], "pareto_front": fronts, "reference_efficiency": reference,
            **(extra or {})}
-    js = out / f"{name}.json"
     js.write_text(json.dumps(doc, indent=2, default=_jsonable))
-    comp = out / f"{name}_completions.jsonl"
-    with comp.open("w") as f:
-        for r in results:
-            for i, (texts, scores) in enumerate(zip(r.completions, r.scores)):
-                for text, s in zip(texts, scores):
-                    f.write(json.dumps({"model": r.label, "problem": i, "text": text, **s.as_dict()},
-                                       default=_jsonable) + "\n")
-    return {"json": str(js), "png": str(png), "completions": str(comp)}
+    write_jsonl(comp, ({"model": r.label, "problem": i, "text": text, **s.as_dict()}
+                       for r in results for i, (texts, scores) in enumerate(zip(r.completions, r.scores))
+                       for text, s in zip(texts, scores)), default=_jsonable)
+    return paths
 
 
 def _jsonable(value):

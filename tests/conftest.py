@@ -29,12 +29,12 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="reasoner-tests-xla-")
     os.environ["REASONER_TESTS_OWN_XLA_CACHE"] = "1"
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # Compiling is most of the suite's time (hundreds of small programs, each run a few times), so XLA spends less
 # effort optimising them (`jax_disable_most_optimizations`: LLVM at -O0, no expensive passes; about 20 % faster
 # here). The bounds the tests check are derived for any evaluation order (`tests/tolerances.py`), and the exact
 # comparisons compare two runs under the same setting, so neither depends on how XLA optimised a program.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import importlib.util  # noqa: E402
 import pathlib  # noqa: E402

@@ -31,6 +31,7 @@ import pathlib
 from typing import Sequence
 
 from reasoner.agents.policies import Reply
+from reasoner.data.jsonl import read_jsonl
 from reasoner.data.proofwriter_atoms import is_negative, negate
 from reasoner.tasks.fol import FolError, smt_symbol, to_smt
 from reasoner.tasks.logic_llm import LogicProblem, render_prompt
@@ -217,9 +218,8 @@ def teacher_for(problems: Sequence[LogicProblem], data_root: str, *, timeout_s: 
     `encode_folio`); every other dataset is parsed from its English theory (`encode_logic_llm`).
     """
     if problems and problems[0].dataset == "folio":
-        path = pathlib.Path(data_root) / "folio" / "folio-validation.jsonl"
-        with path.open(encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
+        records = read_jsonl(pathlib.Path(data_root) / "folio" / "folio-validation.jsonl",
+                             what="FOLIO's records with their FOL annotations")
         encoded, failures = encode_folio(problems, records[:len(problems)])
     else:
         encoded, failures = encode_logic_llm(problems)

@@ -16,6 +16,7 @@ def register(subparsers) -> None:
 
 def run_astar(args) -> int:
     import json
+    import pathlib
     import sys
 
     from reasoner.pipelines.astar_report import load_run, write_combined
@@ -29,6 +30,6 @@ def run_astar(args) -> int:
     if args.json:
         print(json.dumps(paths))
     else:
-        print((open(paths["table"], encoding="utf-8").read()).rstrip())
+        print(pathlib.Path(paths["table"]).read_text(encoding="utf-8").rstrip())
         print("\n" + "\n".join(f"{k}: {v}" for k, v in paths.items()))
     return 0

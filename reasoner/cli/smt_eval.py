@@ -108,9 +108,9 @@ def run(args) -> int:
                                  timeout_cap_s=args.timeout, problems_per_batch=args.problems_per_batch,
                                  on_batch=bar.update, seed=args.seed)
     if args.samples_out:
-        with open(args.samples_out, "w", encoding="utf-8") as f:
-            for row in result.rows:
-                f.write(json.dumps(row) + "\n")
+        from reasoner.data.jsonl import write_jsonl
+
+        write_jsonl(args.samples_out, result.rows)
     summary = {"model": args.model, "source": args.input or args.dataset, **result.summary}
     if args.json:
         print(json.dumps(summary))

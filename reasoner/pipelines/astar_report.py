@@ -46,7 +46,6 @@ def load_run(path) -> RunReport:
     """A run directory (its `report/astar.json`) or an `astar.json` file; a ValueError that names the file and
     what was expected when it is missing or malformed."""
     path = pathlib.Path(path)
-    run_dir = path if path.is_dir() else path.parent.parent
     js = path / "report" / "astar.json" if path.is_dir() else path
     if not js.is_file():
         raise ValueError(f"{path}: no report/astar.json; expected an A* run directory (reasoner demo / reasoner "
@@ -62,9 +61,10 @@ def load_run(path) -> RunReport:
         if not isinstance(m, dict) or not isinstance(m.get("label"), str) or not isinstance(m.get("accuracy"), dict):
             raise ValueError(f"{js}: models[{i}] has no 'label' string and 'accuracy' object")
     dataset = str(((doc.get("config") or {}).get("data") or {}).get("dataset") or "unknown")
-    records = run_dir / "data" / "records" / "train.jsonl"
-    name = run_dir.name if js.parent.name == "report" else js.stem  # <run>/report/astar.json is named by <run>
-    return RunReport(name, dataset, models, doc.get("reference_efficiency"), records if records.is_file() else None)
+    run_dir = js.parent.parent if js.parent.name == "report" else None  # <run>/report/astar.json: named by <run>
+    records = run_dir / "data" / "records" / "train.jsonl" if run_dir is not None else None
+    return RunReport(run_dir.name if run_dir is not None else js.stem, dataset, models, doc.get("reference_efficiency"),
+                     records if records is not None and records.is_file() else None)
 
 
 def model_point(report: dict, label: str) -> ModelPoint:
