@@ -98,3 +98,75 @@ def logprob_atol(logits, cfg, *, seq_len: int) -> float:
     """The same for log-probs z - logsumexp(z): |z| + |logsumexp| <= 2 max|z| + log V terms carry the error."""
     z = float(np.max(np.abs(np.asarray(logits))))
     return prob_factor(model_depth(cfg, seq_len=seq_len)) * EPS32 * (2.0 * z + math.log(cfg.vocab_size))
+
+
+def dpo_first_step_bounds(*, factor: float, beta: float, logps_chosen: float, logps_rejected: float
+                          ) -> tuple[float, float, float]:
+    """(chosen reward, reward margin, loss) bounds of DPO's first step when the reference is the policy.
+
+    Each sequence log-prob is a sum of per-token log-probs, all negative, each within `factor` * EPS32 * |logp_t|
+    of exact (the decoder's reductions; `factor` from `prob_factor(model_depth(...))`), so the sum is within
+    factor * EPS32 * |logps/<side>|. Policy and reference each carry that error: the chosen reward
+    beta * (pi - ref) is within beta * 2 factor EPS32 |logps/chosen|, the margin adds the rejected side, and
+    -log sigmoid(beta * margin) has slope 1/2 at 0, plus the rounding of log-sigmoid itself (4 ulps of ln 2).
+    """
+    chosen = beta * 2.0 * factor * EPS32 * abs(float(logps_chosen))
+    margin = chosen + beta * 2.0 * factor * EPS32 * abs(float(logps_rejected))
+    return chosen, margin, margin / 2.0 + ulps(math.log(2.0), 4)
+
+
+def grpo_loss_atol(*, logps, old, ref, adv, mask, beta: float, bias_correction: bool, logp_atol: float
+                   ) -> tuple[float, float]:
+    """(loss, kl metric) |a - b| bounds of TRL's GRPO loss when its policy and reference log-probs ([B, T]) each
+    carry up to `logp_atol` of error (another forward layout), plus the float32 rounding of the loss itself.
+
+    Per token, with r = exp(logp - old), d = ref - logp and kl0 = e^d - d - 1 >= 0, the token loss is
+    -min(r A, clip(r) A) + beta * kl0 * (r if bias_correction else 1), continuous in logp and ref (min and clip
+    only switch branches where they agree), with slopes |d/dlogp| <= |A| r + beta r' (|1 - e^d| + kl0 [bias]) and
+    |d/dref| <= beta r' |e^d - 1| (r' = r or 1). A shift of `logp_atol` in each input also scales r by up to
+    e^logp_atol, taken into the slope. Every reduction (grpo, bnpo, dr_grpo, dapo, summed over the micro-batches
+    of one generation batch) weights the masked tokens with non-negative weights that sum to at most 1, so the loss
+    moves by at most logp_atol * max_t(slope_t), and its float32 evaluation (a sum of n weighted terms) adds
+    n EPS32 max_t |loss_t|. The KL metric is a masked mean of beta-free kl_t: the same argument with
+    slope r' (2 |e^d - 1| + kl0 [bias]).
+    """
+    logps, old, ref, mask = (np.asarray(a, np.float64) for a in (logps, old, ref, mask))
+    adv = np.asarray(adv, np.float64).reshape(-1, 1)
+    on = mask > 0
+    grow = math.exp(logp_atol)
+    r = np.exp(logps - old) * grow
+    d = ref - logps
+    kl0 = np.exp(d) - d - 1.0
+    rb = r if bias_correction else np.ones_like(r)
+    kl_slope = rb * (2.0 * np.abs(np.exp(d) * grow - 1.0) + (kl0 if bias_correction else 0.0))
+    slope = np.abs(adv) * r + beta * kl_slope
+    token_loss = np.abs(adv) * r + beta * kl0 * rb
+    n = float(on.sum())
+    loss = logp_atol * float(slope[on].max()) + n * EPS32 * float(token_loss[on].max())
+    kl = logp_atol * float(kl_slope[on].max()) + n * EPS32 * float((kl0 * rb)[on].max())
+    return loss, kl
+
+
+def adam_loss_drift(*, lr: float, steps_before: int, grad_norm: float, num_params: int, factor: float) -> float:
+    """First-order bound on how far a loss moves after `steps_before` Adam steps whose gradients carried a relative
+    float32 error rho = factor * EPS32 (another sharding or kernel order of the same backward pass).
+
+    Adam's update lr * m / (sqrt(v) + eps) is scale-free in the gradient: a relative error rho in g is one of about
+    rho in m and in sqrt(v), so each component's update moves by at most 2 lr rho (|m / sqrt(v)| <= 1 for a fresh
+    run); a component whose gradient cancels to within its error may flip sign, but then |g_i| <= rho |g| and its
+    contribution g_i * d(theta_i) is of the same order. The loss at the next step moves by g . d(theta)
+    <= 2 lr rho ||g||_1 <= 2 lr rho sqrt(P) ||g||_2 per earlier step (second-order terms are O(lr^2 rho), dropped).
+    """
+    rho = float(factor) * EPS32
+    return float(steps_before) * 2.0 * float(lr) * rho * math.sqrt(float(num_params)) * float(grad_norm)
+
+
+def formula_atol(magnitudes, *, ops: int, terms: int = 1):
+    """|a - b| bound for two float32 evaluations (two libraries, two kernels) of the same closed-form expression.
+
+    Each of the `ops` elementwise operations (exp, log, multiply, divide, ...) rounds once, to within EPS32 / 2 of
+    the magnitude of what it produces, and a final sum of `terms` terms adds terms * EPS32 of the sum of their
+    magnitudes (Higham's gamma_n); `magnitudes` is that sum (a scalar) or, for an elementwise result, one entry per
+    element. Two evaluations each carry it, so the bound is (ops + terms) * EPS32 * magnitudes.
+    """
+    return (float(ops) + float(terms)) * EPS32 * np.asarray(magnitudes, np.float64)

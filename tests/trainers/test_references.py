@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.tolerances import EPS32, decoder_depth, prob_factor, ulps
+from tests.tolerances import dpo_first_step_bounds, model_depth, prob_factor
 from tests.trainers.conftest import tiny_config
 
 
@@ -110,21 +110,12 @@ def test_dpo_first_step_loss_is_ln2_when_reference_is_policy(dpo_data, tmp_path,
     m = mean_metrics({k: float(v) for k, v in metrics.items()})
     # Not bit-exact: the policy forward runs inside `grad` (the blocked attention's custom VJP keeps residuals, so
     # XLA compiles its loop differently) and the reference outside it or in a separate pre-pass, with kernels that
-    # differ between CPUs. Each sequence log-prob is a sum of per-token log-probs that all went through the
-    # decoder's reductions (depth n): per token within k(n) * EPS32 * |logp_t| of the exact value (Higham-Mary,
-    # k = 8 sqrt(n); logits are O(0.1) at this random init, so |logsumexp| + |logit| ~ |logp|), and all logp_t < 0,
-    # so sum_t |logp_t| = |logps/<side>|. Policy and reference each carry that error: reward error
-    # <= beta * 2 k EPS32 |logps/chosen|; the margin adds the rejected side; the loss -log sigmoid(beta * margin)
-    # has slope 1/2 at 0, plus the rounding of log-sigmoid itself (a few ulps of ln 2).
-    cfg = s.run.model_cfg
-    k = prob_factor(decoder_depth(num_layers=cfg.num_layers, hidden_size=cfg.hidden_size,
-                                  intermediate_size=cfg.intermediate_size, num_heads=cfg.num_heads,
-                                  head_dim=cfg.head_dim, seq_len=batch["chosen_tokens"].shape[-1],
-                                  vocab_size=cfg.vocab_size))
-    beta = float(config.dpo.beta)
-    chosen_tol = beta * 2 * k * EPS32 * abs(m["logps/chosen"])
-    margin_tol = chosen_tol + beta * 2 * k * EPS32 * abs(m["logps/rejected"])
-    assert abs(m["loss"] - math.log(2)) <= margin_tol / 2 + ulps(math.log(2), 4), (m["loss"], margin_tol)
+    # differ between CPUs: the bounds of `dpo_first_step_bounds` (per-token error k(n) * EPS32 * |logp_t| at the
+    # decoder's depth n; logits are O(0.1) at this random init, so |logsumexp| + |logit| ~ |logp|).
+    k = prob_factor(model_depth(s.run.model_cfg, seq_len=batch["chosen_tokens"].shape[-1]))
+    chosen_tol, margin_tol, loss_tol = dpo_first_step_bounds(
+        factor=k, beta=float(config.dpo.beta), logps_chosen=m["logps/chosen"], logps_rejected=m["logps/rejected"])
+    assert abs(m["loss"] - math.log(2)) <= loss_tol, (m["loss"], loss_tol)
     if not precompute:
         assert abs(m["rewards/chosen"]) <= chosen_tol, (m["rewards/chosen"], chosen_tol)
         assert abs(m["rewards/margins"]) <= margin_tol, (m["rewards/margins"], margin_tol)
