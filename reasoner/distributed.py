@@ -202,3 +202,25 @@ def is_primary() -> bool:
     Checkpoints are not guarded by this: orbax writes them collectively from every process.
     """
     return process_index() == 0
+
+
+def host_get(tree):
+    """`jax.device_get` for trees whose arrays may span processes: each leaf as one NumPy array on every process.
+
+    A leaf sharded over devices of other processes (a decode state split over a mesh that spans hosts) cannot be
+    read locally, so it is all-gathered (`multihost_utils.process_allgather`, tiled: the global array). That is a
+    collective: every process must call `host_get` at the same point, which holds for the host loops of the
+    sampler and the trainers (they run the same code on the same values everywhere). Fully addressable or
+    replicated leaves are read locally, as `jax.device_get` does.
+    """
+    import jax
+    import numpy as np
+
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return jax.device_get(x)
+
+    return jax.tree.map(one, tree)

@@ -17,9 +17,11 @@ import pathlib
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
+from tests.tolerances import adam_loss_drift, prob_factor
 from tests.trainers import traces
 
 pytestmark = pytest.mark.slow
@@ -120,3 +122,100 @@ def test_two_processes_train_as_one_job_and_resume_exactly(kind, run_data, tmp_p
     losses = {r["step"]: r["loss"] for r in records}
     _assert_losses_close(losses, reference, range(steps_per_epoch + 1, 2 * steps_per_epoch + 1),
                          f"{kind} resumed two-process run vs one uninterrupted process")
+
+
+GRPO_CONFIG = '''
+from configs import grpo_cedar
+
+
+def get_config(variant=None):
+    # the tiny GRPO recipe with a reward a random model earns by chance: a one-word completion equal to "yes"
+    c = grpo_cedar.get_config("tiny")
+    c.rewards = [{"name": "exact_match", "as": "correctness", "weight": 1.0, "timeout_s": 30.0,
+                  "options": {"answer_key": "answer", "normalize": "lower_ws", "span_tag": None}}]
+    return c
+'''
+
+
+def _grpo_args(root: pathlib.Path, workdir, *, steps: int) -> list[str]:
+    return ["-m", "reasoner.cli", "train", "--config", str(root / "grpo_mp.py"), "--workdir", str(workdir),
+            "--no-progress", f"--config.data.path={root / 'data'}", f"--config.model.tokenizer={root / 'tok'}",
+            f"--config.model.random.vocab_size={(root / 'vocab').read_text()}", "--config.mesh=fsdp=-1",
+            "--config.grpo.max_new_tokens=1", "--config.grpo.num_generations=4", "--config.grpo.prompts_per_step=4",
+            "--config.grpo.beta=0.04", "--config.lora.rank=0", f"--config.optim.lr={GRPO_LR}",
+            "--config.optim.schedule=constant", "--config.optim.warmup_ratio=0.0",
+            f"--config.train.num_steps={steps}", "--config.train.checkpoint_every=1",
+            "--config.train.async_checkpoint=False"]
+
+
+GRPO_LR = 1e-3
+
+
+def _grpo_drift_scale(root: pathlib.Path) -> tuple[int, int]:
+    """(parameters, decoder depth at the rollout's length) of the tiny GRPO model, for `adam_loss_drift`."""
+    from flax import nnx
+
+    from reasoner.config import load_config
+    from reasoner.models import Decoder
+    from tests.tolerances import model_depth
+    from trainers.run import model_config_from
+
+    config = load_config(str(root / "grpo_mp.py"), _grpo_args(root, root / "unused", steps=1)[8:])
+    cfg = model_config_from(config.model)
+    abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
+    params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+    return params, model_depth(cfg, seq_len=32)
+
+
+@pytest.mark.timeout(TIMEOUT_S * 3)
+def test_grpo_two_processes_train_as_one_job_and_resume_exactly(tmp_path):
+    """GRPO as one job of two processes: rollouts decode on a mesh spanning both (the decode state is all-gathered
+    to the host loop, `reasoner.distributed.host_get`), rewards and the update follow; the first three losses equal
+    a one-process 8-device run's and a two-process resume continues it.
+
+    Tolerance at step k: the loss is a weighted mean of per-token terms -A r + beta kl with weights summing to 1
+    and |A| <= (G - 1) / sqrt(G) = 1.5 (a z-score within a group of G = 4, ddof 1), so the sum of the terms'
+    magnitudes is at most ~1.5: REL_TOL of that scale (same per-device programs, another order of the cross-device
+    sums). Unlike SFT's, GRPO's gradient has components that cancel analytically (advantages sum to 0 in a group;
+    the KL's gradient is 0 while policy = reference) and are left as rounding noise, which Adam normalises into
+    updates of up to lr: the k - 1 earlier updates add `adam_loss_drift` (first order, at a small lr)."""
+    import json as _json
+
+    from tests.trainers.traces import word_tokenizer
+
+    (tmp_path / "grpo_mp.py").write_text(GRPO_CONFIG)
+    (tmp_path / "data").mkdir()
+    rows = [{"prompt": [{"role": "user", "content": f"say yes {w}"}], "answer": "yes"}
+            for w in ("one", "two", "three", "four", "five", "six", "seven", "eight")]
+    for split in ("train", "validation"):
+        (tmp_path / "data" / f"{split}.jsonl").write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    tok = word_tokenizer(tmp_path / "tok", texts=["say yes no maybe one two three four five six seven eight"])
+    from transformers import AutoTokenizer
+
+    (tmp_path / "vocab").write_text(str((len(AutoTokenizer.from_pretrained(str(tok))) + 7) // 8 * 8))
+
+    _one_process(_grpo_args(tmp_path, tmp_path / "one", steps=4))
+    reference = {r["step"]: r for r in _train_records(tmp_path / "one")}
+    assert any(reference[s]["loss"] != 0.0 for s in (1, 2, 3)), reference  # the groups' rewards really differed
+
+    first = _two_processes(_grpo_args(tmp_path, tmp_path / "two", steps=3))
+    assert "[0] [process 0/2] joined" in first.stdout and "[1] [process 1/2] joined" in first.stdout
+    records = {r["step"]: r for r in _train_records(tmp_path / "two")}
+    assert sorted(records) == [1, 2, 3]
+    num_params, depth = _grpo_drift_scale(tmp_path)
+
+    def tol(step):
+        drift = adam_loss_drift(lr=GRPO_LR, steps_before=step - 1, grad_norm=reference[step]["grad_norm"],
+                                num_params=num_params, factor=prob_factor(2 * depth + 16 * 32))
+        return REL_TOL * 1.5 + drift
+
+    for step in (1, 2, 3):
+        # the same completions drawn, so the same rewards; the losses within float32 error
+        assert records[step]["reward"] == reference[step]["reward"], (step, records[step], reference[step])
+        assert abs(records[step]["loss"] - reference[step]["loss"]) <= tol(step), (step, records[step], tol(step))
+
+    resumed = _two_processes(_grpo_args(tmp_path, tmp_path / "two", steps=4))
+    assert "resumed from step 3" in resumed.stdout
+    records = {r["step"]: r for r in _train_records(tmp_path / "two")}
+    assert sorted(records) == [1, 2, 3, 4] and records[4]["reward"] == reference[4]["reward"]
+    assert abs(records[4]["loss"] - reference[4]["loss"]) <= tol(4), (records[4], reference[4], tol(4))

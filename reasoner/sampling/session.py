@@ -23,6 +23,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from reasoner.distributed import host_get
 from reasoner.sampling import engine
 from reasoner.sampling.buckets import bucket_length, right_pad
 from reasoner.sampling.memory import check_fits
@@ -170,7 +171,7 @@ class Session:
             self.texts[b] = RowText(tok, params.stop) if watch else None
         seen = np.zeros(self.batch, np.int64)
         while True:
-            count, done, finish, tokens = jax.device_get(
+            count, done, finish, tokens = host_get(
                 (self.state.count_B, self.state.done_B, self.state.finish_B, self.state.tokens_BxN))
             stopped = {}
             for b in rows:
@@ -202,7 +203,7 @@ class Session:
     def _stop_rows(self, stopped: Mapping[int, int], tokens_BxN: np.ndarray) -> None:
         """Marks rows done on the device with their cache offset just after the kept tokens."""
         s = self.state
-        done, index, pending, count = jax.device_get((s.done_B, s.cache.index_B, s.pending_B, s.count_B))
+        done, index, pending, count = host_get((s.done_B, s.cache.index_B, s.pending_B, s.count_B))
         done, index, pending, count = done.copy(), index.copy(), pending.copy(), count.copy()
         for b, keep in stopped.items():
             done[b] = True
@@ -216,7 +217,7 @@ class Session:
 
     def _collect(self, rows) -> list[Completion]:
         s = self.state
-        count, tokens, slp, mlp = jax.device_get((s.count_B, s.tokens_BxN, s.sample_logp_BxN, s.model_logp_BxN))
+        count, tokens, slp, mlp = host_get((s.count_B, s.tokens_BxN, s.sample_logp_BxN, s.model_logp_BxN))
         out = []
         for b in rows:
             c = int(count[b])
@@ -249,7 +250,7 @@ class Session:
         if isinstance(N, bool) or not isinstance(N, int) or N < 1:
             raise ValueError(f"max_new_tokens={N!r}: expected an int >= 1")
         max_len, V = self.state.max_len, self.sampler.cfg.vocab_size
-        index = np.asarray(jax.device_get(self.state.cache.index_B), np.int64)
+        index = np.asarray(host_get(self.state.cache.index_B), np.int64)
         pieces: dict[int, list[int]] = {}
         for b, ids in appends.items():
             if not 0 <= b < self.batch:
