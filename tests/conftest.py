@@ -107,6 +107,14 @@ def pytest_configure(config):
 # stays in the suite (the reason names it). Kept so that the 2-core suite stays under 20 minutes; run them before a
 # release or after changing what they cover.
 FULL_TIER = {
+    "tests/pipelines/test_cedar_pipeline.py::test_demo_cedar_tiny_end_to_end":
+        "test_pipeline_pieces_reward_config_table_and_plot checks the pipeline's pieces and "
+        "test_cedar_eval_counts_intervals_and_judged_scores its evaluation stage",
+    "tests/data/test_hf_datasets.py::test_first_sft_step_on_a_messages_dataset_has_the_hand_loss":
+        "test_sft_loss_on_a_messages_dataset_is_the_nll_of_the_assistant_tokens checks the same loss forward only",
+    "tests/test_multiprocess.py::test_grpo_two_processes_train_as_one_job_and_resume_exactly":
+        "test_two_processes_train_as_one_job_and_resume_exactly[sft] runs the same loop, launcher and checkpoints "
+        "as one two-process job; GRPO adds its rollout, whose cross-process host reads are reasoner.distributed's",
     "tests/test_multiprocess.py::test_two_processes_train_as_one_job_and_resume_exactly[dpo]":
         "the [sft] case runs the same two-process job and resume; DPO's own math is in test_dpo_trl / test_golden",
     "tests/rlot/test_env_sampler.py::test_smollm2_batched_episodes_equal_single_runs":
@@ -137,6 +145,9 @@ FULL_TIER = {
         "test_serve_scripted checks tools and tool_calls end to end",
     "tests/serve/test_serve_smollm2.py::test_sixteen_concurrent_clients_and_a_bad_request":
         "test_serve_api checks sixteen concurrent clients on the tiny model",
+    "tests/metrics/test_writers.py::test_grpo_logs_its_sample_completions_table":
+        "test_completion_rows_carry_the_reward_registry_values builds the rows from a real reward batch and the "
+        "run_loop writer test hands a step's table to the writers",
 }
 
 
