@@ -170,3 +170,14 @@ def formula_atol(magnitudes, *, ops: int, terms: int = 1):
     element. Two evaluations each carry it, so the bound is (ops + terms) * EPS32 * magnitudes.
     """
     return (float(ops) + float(terms)) * EPS32 * np.asarray(magnitudes, np.float64)
+
+
+def score_atol(value=1.0) -> float:
+    """|device - host| bound for an A*-informed reward or efficiency (search/kernel_score.py vs search/rewards.py).
+
+    Each is a ratio, a minimum or a power (0.5 ** x) of small-integer counts (pushes, pops, proof lengths), exact
+    in both: the device computes it in float32 with at most four roundings (EPS32 / 2 relative each) plus a power's
+    exp and log (about 2 ulps), the host in float64. So they agree within 8 ulps of float32 at the larger of |value|
+    and 1 (rewards lie in [0, 1] except where a trace beats A*'s own, where they exceed 1).
+    """
+    return ulps(max(1.0, abs(float(value))), 8)

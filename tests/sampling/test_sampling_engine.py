@@ -129,9 +129,14 @@ def test_sharded_params_and_cache_match_unsharded(small_vocab_model):
     params = SamplingParams(max_new_tokens=8, temperature=0.9, n=2, seed=4, eos_ids=())
     ref = Sampler(small_vocab_model).generate(PROMPTS[:2], params)
     out = Sampler(sharded, mesh=mesh).generate(PROMPTS[:2], params)
-    for a, b in zip(ref, out):
+    for i, (a, b) in enumerate(zip(ref, out)):
         np.testing.assert_array_equal(a.tokens, b.tokens)
-        np.testing.assert_allclose(a.model_logprobs, b.model_logprobs, atol=1e-5)
+        # log-probs of the same tokens through another sharding: each run within the decoder's float32 error at
+        # this depth and logit scale of the exact value (completions come prompt by prompt, n each)
+        ids = list(PROMPTS[i // params.n]) + [int(t) for t in a.tokens]
+        logits = teacher_forced_logits(small_vocab_model, ids)
+        np.testing.assert_allclose(a.model_logprobs, b.model_logprobs, rtol=0,
+                                   atol=2 * logprob_atol(logits, small_vocab_model.cfg, seq_len=len(ids)))
 
 
 def test_lora_params_run_and_change_the_output(small_vocab_model):

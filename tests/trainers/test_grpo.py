@@ -18,8 +18,8 @@ import pytest
 from flax import nnx
 
 from tests.trainers import traces
-from tests.tolerances import grpo_loss_atol, logprob_atol, model_depth, prob_factor, relative_bound
-from tests.trainers.test_grpo_loss import np_advantages, np_trl_loss
+from tests.tolerances import EPS32, grpo_loss_atol, logprob_atol, model_depth, prob_factor, relative_bound
+from tests.trainers.test_grpo_loss import advantage_bounds, np_advantages, np_trl_loss
 from reasoner.models import scoring
 from trainers import grpo
 from trainers import grpo_loss as gl
@@ -135,7 +135,8 @@ def test_step_loss_advantages_and_kl_match_numpy_trl(wired, loss_type):
     r = fixed_rollout()
     rewards = np.array([1.0, 0.0, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25], np.float32)  # second group all equal
     adv, stats = grpo.advantages(rewards, num_generations=G, scale_rewards="group")
-    np.testing.assert_allclose(adv, np_advantages(rewards, num_generations=G, scale_rewards="group"), atol=1e-6)
+    want = np_advantages(rewards, num_generations=G, scale_rewards="group")
+    assert np.all(np.abs(adv - want) <= advantage_bounds(rewards, want, num_generations=G, scale_rewards="group"))
     assert np.all(adv[4:] == 0.0) and stats["frac_reward_zero_std"] == 0.5
 
     host = grpo.pack(r, adv, prompt_len=8, budget=BUDGET, grad_accum=A, pad_id=0, mask_truncated=True)
@@ -388,7 +389,9 @@ def test_lora_trains_only_adapters_against_the_adapter_free_base(tok_dir):
     state, m = grpo.generation_step(steps, grpo.sampler_for(run), run.state, examples=examples, reward=reward,
                                     tool=None, seed=0)
     reward.close()
-    assert abs(m["kl"]) < 1e-6 and np.isfinite(m["loss"]) and m["skipped"] == 0
+    # policy = reference: d = ref - logp is 0 up to the two forwards' rounding (|d| ~ logprob_atol ~ 1e-5 here, so
+    # d^2 / 2 ~ 1e-10), and kl = e^d - d - 1 is then the float32 rounding of e^d near 1: a few EPS32 per token
+    assert abs(m["kl"]) <= 4 * EPS32 and np.isfinite(m["loss"]) and m["skipped"] == 0
     assert m["reward_failures/slow"] == 2 * G and m["rewards/slow"] == 0.0  # timeouts score 0 and are counted
     b_after = [np.asarray(x) for path, x in jax.tree_util.tree_flatten_with_path(state.params)[0]
                if str(path[-1].key) == "b"]

@@ -68,7 +68,8 @@ def test_sigterm_checkpoints_the_last_step_exits_0_and_resumes_exactly(sft_data,
     got = _train_losses(metrics)
     assert sorted(got) == sorted(expected)
     for step in sorted(expected):
-        assert abs(got[step] - expected[step]) <= 1e-6, (step, got[step], expected[step])
+        # the same compiled program on bit-identical restored state and data position: the same bits
+        assert got[step] == expected[step], (step, got[step], expected[step])
 
 
 def test_first_sigint_requests_a_stop_second_interrupts_and_handlers_are_restored():
