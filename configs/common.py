@@ -1,6 +1,6 @@
-"""Config sections every training config shares: run header, model, LoRA, optimizer, train loop.
+"""Config sections every training config shares: run header, model, LoRA, optimizer, train loop, metric writers.
 
-    c = common.run_config("sft", seed=0)              # trainer, seed, mesh, model, lora (rank 0), export_dir
+    c = common.run_config("sft", seed=0)              # trainer, seed, mesh, model, lora (rank 0), export_dir, log
     c.optim = common.optim(name="adam", lr=2e-5, schedule="cosine", warmup_ratio=0.03)
     c.train = common.train(batch_size=4, num_epochs=3, checkpoint_every=200)
 
@@ -34,8 +34,10 @@ def model(**changes) -> ml_collections.ConfigDict:
 
 def lora(**changes) -> ml_collections.ConfigDict:
     """`config.lora`: rank 0 = full fine-tuning; rank > 0 trains only adapters on the projections matching
-    `pattern`, initialised from `seed` (`trainers.run.add_lora`; dropout must be 0)."""
-    return _section(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0, seed=0), changes, "lora")
+    `pattern`, initialised from `seed` (`trainers.run.add_lora`; dropout must be 0). quantize_base "nf4" | "int8"
+    (QLoRA, needs rank > 0) stores the frozen base's projection kernels quantized (`reasoner.models.quant`)."""
+    return _section(dict(rank=0, alpha=16.0, pattern=r"(attn|mlp)\.\w+_proj", dropout=0.0, seed=0,
+                         quantize_base="none"), changes, "lora")
 
 
 def optim(**changes) -> ml_collections.ConfigDict:
@@ -51,7 +53,10 @@ def grpo(**changes) -> ml_collections.ConfigDict:
                          temperature=1.0, top_p=1.0, top_k=0, stop=(), loss_type="dapo", beta=0.0, epsilon_low=0.2,
                          epsilon_high=0.2, delta=0.0, use_bias_correction_kl=True, scale_rewards="group",
                          num_iterations=1, mask_truncated=False, grad_accum=1, max_turns=1, tool="",
-                         tool_reserve=256), changes, "grpo")
+                         tool_reserve=256,
+                         # variants (trainers.grpo_loss): GSPO ratio, RLOO / REINFORCE++ advantages, DAPO options
+                         importance_sampling_level="token", advantage_estimator="grpo", normalize_advantages=False,
+                         dynamic_sampling=False, overlong_max_len=0, overlong_cache=0), changes, "grpo")
 
 
 def train(**changes) -> ml_collections.ConfigDict:
@@ -59,6 +64,15 @@ def train(**changes) -> ml_collections.ConfigDict:
     eval_every for GRPO)."""
     return _section(dict(checkpoint_every=200, keep_checkpoints=3, async_checkpoint=True, max_nonfinite_steps=5),
                     changes, "train", optional=("batch_size", "grad_accum", "num_epochs", "num_steps", "eval_every"))
+
+
+def log(**changes) -> ml_collections.ConfigDict:
+    """`config.log` (`reasoner.metrics.writers.open_writers`): where metrics go besides `workdir/metrics.jsonl`
+    (always written). writers: a comma list of jsonl, tensorboard (`workdir/tensorboard`), wandb (`workdir/wandb`;
+    wandb_mode "" = $WANDB_MODE, else offline). completions_every: GRPO logs a table of its first
+    `completions_rows` samples (prompt head, completion, rewards) every that many steps (0 = never)."""
+    return _section(dict(writers="jsonl", completions_every=0, completions_rows=4, wandb_project="reasoner",
+                         wandb_name="", wandb_mode=""), changes, "log")
 
 
 def run_config(trainer: str, *, seed: int = 0) -> ml_collections.ConfigDict:
@@ -70,6 +84,7 @@ def run_config(trainer: str, *, seed: int = 0) -> ml_collections.ConfigDict:
     c.model = model()
     c.lora = lora(seed=seed)
     c.export_dir = ""  # "" = no export; else a Hugging Face checkpoint of the trained model
+    c.log = log()
     return c
 
 

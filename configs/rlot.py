@@ -15,6 +15,8 @@ Variants:
 
 import ml_collections
 
+from configs import common
+
 
 def dqn_paper() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(dict(
@@ -38,6 +40,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.single_device = True  # on a CPU, simulated devices only split the same cores
     c.dqn = dqn_paper()
     c.env = env_paper()
+    c.log = common.log()  # metric writers of `train_dqn` (completions_every does not apply)
     # The demo: task data (data_root "" = ../shared/data beside the checkout), a direct-answer pass over
     # `train_pool` training problems to find the failed ones, navigator training, evaluation on `test` held-out
     # problems of navigator / direct / CoT / CoT-SC (and navigator-SC when navigator_sc = k > 1).

@@ -9,7 +9,8 @@ depth limit); this file knows nothing about LLMs.
 
 Sections: config -> state (one pytree: online/target params, Adam state, replay buffer, epsilon, counters,
 rng) -> jitted pieces (`act`, `observe_and_learn`) -> the episode source (checkpointable) -> `train_dqn`
-(resume / checkpoints / metrics) -> `DQNResult`.
+(`trainers.loop.run_loop` over the episode source: resume, checkpoints, metrics, progress, preemption and the
+non-finite guard, as for every trainer) -> `DQNResult`.
 
 The algorithm (Mnih et al. 2015 + van Hasselt's Double DQN + Wang's dueling head, as in the RLoT code):
   * epsilon-greedy on the online net; epsilon *= decay at every environment transition, floored;
@@ -24,9 +25,8 @@ schedule is the paper's; with one row it is the paper's loop exactly). The rng i
 episodes and once per step, and checkpoints are taken between batches, so resume is exact: a run stopped and
 resumed ends with bit-identical parameters to an uninterrupted one.
 
-Checkpoints: `reasoner.checkpoint.RunCheckpoints` directly (orbax; trainers/run.py's `run_loop` is for token
-batches and does not exist for episode sources yet). The whole `DQNState` is the checkpointed item, the
-episode source's `get_state()` the data item.
+Checkpoints: the whole `DQNState` is the loop's checkpointed state, the episode source's `get_state()` its data
+item. One loop step is one batch of episodes; `dqn.checkpoint_every` counts them.
 """
 
 from __future__ import annotations
@@ -252,14 +252,29 @@ class BatchStats:
 class EpisodeSource:
     """Runs batches of `n` episodes of `env` with epsilon-greedy actions, feeding `observe_and_learn`.
 
-    Checkpointable: `get_state()` / `set_state()` hold the batches run and the environment's own state
-    (when the environment has `get_state`/`set_state`, e.g. a problem sampler's position).
+    A `trainers.loop.Source`: iterating yields the index of the next batch of episodes (up to `total_steps`
+    batches), `run_batch` runs it. Checkpointable: `get_state()` / `set_state()` hold the batches taken and the
+    environment's own state (when the environment has `get_state`/`set_state`, e.g. a problem sampler's position).
     `max_steps` caps an episode (an environment that never ends is an error, not a hang).
     """
 
-    def __init__(self, env, *, n: int, max_steps: int):
+    def __init__(self, env, *, n: int, max_steps: int, total_steps: int = 0):
         self.env, self.n, self.max_steps = env, int(n), int(max_steps)
+        self.total_steps = int(total_steps)
         self.batches = 0
+
+    @property
+    def step(self) -> int:
+        return self.batches
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        if self.batches >= self.total_steps:
+            raise StopIteration
+        self.batches += 1
+        return self.batches - 1
 
     def get_state(self) -> dict:
         env_state = self.env.get_state() if hasattr(self.env, "get_state") else None
@@ -303,7 +318,6 @@ class EpisodeSource:
             raise RuntimeError(f"environment {type(self.env).__name__}: {int((~done).sum())} of {self.n} episodes "
                                f"still running after max_steps={self.max_steps}; expected every episode to end")
         state = end_batch(state, self.n)
-        self.batches += 1
         return state, BatchStats(returns=returns.tolist(), lengths=lengths.tolist(), actions=actions,
                                  loss=loss_sum / max(updates, 1), updates=updates)
 
@@ -326,6 +340,7 @@ class DQNResult:
     state: DQNState
     history: list[dict]
     resumed_from: int | None
+    preempted: bool = False
 
     def q_values(self, obs_NxS) -> np.ndarray:
         """float32[n, num_actions] from the online network."""
@@ -357,19 +372,22 @@ def _section(config) -> ml_collections.ConfigDict:
 
 
 def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = None,
-              on_batch: Callable[[int, BatchStats, dict], None] | None = None) -> DQNResult:
+              on_batch: Callable[[int, BatchStats, dict], None] | None = None, progress: bool = False) -> DQNResult:
     """Trains (or resumes, when `workdir/checkpoints` holds a run) a navigator on `env`.
 
     config: a `configs/rlot.py` config (its `dqn` section is read) or the section itself.
-    workdir: where checkpoints (every `checkpoint_every` batches and at the end) and `metrics.jsonl` go;
-      None trains in memory only.
+    workdir: where checkpoints (every `checkpoint_every` batches and at the end), `metrics.jsonl` and the other
+      metric writers' files go; None uses a temporary directory, removed at the end.
     stop_after_episodes: stop early once this many episodes are done (simulates an interruption; a later call
       with the same workdir resumes).
     on_batch(batch_index, stats, record): called after each batch of episodes (e.g. for logging).
+    progress: the loop's progress bar.
     """
-    from reasoner.checkpoint import RunCheckpoints, check_workdir, fingerprint
-    from reasoner.metrics.curves import MetricsWriter
-    from trainers.loop import is_primary
+    import tempfile
+
+    from reasoner.checkpoint import fingerprint
+    from reasoner.metrics.curves import read_metrics
+    from trainers.loop import run_loop
 
     cfg = _section(config)
     n = int(cfg.episodes_per_batch)
@@ -383,46 +401,56 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
     obs_dim = int(getattr(env, "obs_dim", 7))
     graphdef, state = init_state(cfg, obs_dim=obs_dim, num_actions=int(getattr(env, "num_actions", 5)))
     hp = Hyper.from_config(cfg)
-    source = EpisodeSource(env, n=n, max_steps=int(cfg.max_episode_steps))
-    meta = {"trainer": TRAINER, "fingerprint": fingerprint(state)}
-    ckpt, writer, resumed_from = None, None, None
-    history: list[dict] = []
-    if workdir is not None:
-        workdir = pathlib.Path(workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
-        check_workdir(workdir)
-        ckpt = RunCheckpoints(workdir, keep=2, async_save=False)
-        writer = MetricsWriter(workdir / "metrics.jsonl", enabled=is_primary())
-        resumed_from = ckpt.latest_step()
-        if resumed_from is not None:
-            state, data_state, _ = ckpt.restore(state, expected_meta=meta)
-            source.set_state(data_state)
-            writer.truncate_after(int(resumed_from))
-            from reasoner.metrics.curves import read_metrics
-
-            history = [{k: v for k, v in r.items() if k != "kind"} for r in read_metrics(writer.path, kind="train")]
-    every = max(int(cfg.checkpoint_every), 1)
     total_batches = num_episodes // n
-    stop_batches = total_batches if stop_after_episodes is None else min(total_batches, -(-stop_after_episodes // n))
-    try:
-        while source.batches < stop_batches:
-            state, stats = source.run_batch(graphdef, state, hp)
-            b = source.batches
-            record = {"step": b, "episodes": b * n, "mean_return": float(np.mean(stats.returns)),
-                      "mean_length": float(np.mean(stats.lengths)), "loss": stats.loss,
-                      "epsilon": float(state.epsilon), "updates": int(state.updates)}
-            history.append(record)
-            if writer is not None:
-                writer.write(b, "train", **{k: v for k, v in record.items() if k != "step"})
-            if on_batch is not None:
-                on_batch(b, stats, record)
-            if ckpt is not None and (b % every == 0 or b == stop_batches):
-                ckpt.save(b, state, data_state=source.get_state(), meta={**meta, "step": b})
-    finally:
-        if ckpt is not None:
-            ckpt.wait()
-            ckpt.close()
-    return DQNResult(graphdef=graphdef, state=state, history=history, resumed_from=resumed_from)
+    stop = total_batches if stop_after_episodes is None else min(total_batches, -(-stop_after_episodes // n))
+    source = EpisodeSource(env, n=n, max_steps=int(cfg.max_episode_steps), total_steps=stop)
+
+    def update(state: DQNState, batch_index: int) -> tuple[DQNState, dict]:
+        state, stats = source.run_batch(graphdef, state, hp)
+        b = source.batches
+        record = {"step": b, "episodes": b * n, "mean_return": float(np.mean(stats.returns)),
+                  "mean_length": float(np.mean(stats.lengths)), "loss": stats.loss,
+                  "epsilon": float(state.epsilon), "updates": int(state.updates)}
+        if on_batch is not None:
+            on_batch(b, stats, record)
+        record.pop("step")
+        return state, {**record, "skipped": not np.isfinite(stats.loss)}
+
+    run = DQNRun(config=_loop_config(config, cfg), state=state, mesh=None)
+    meta = {"trainer": TRAINER, "fingerprint": fingerprint(state)}
+    with tempfile.TemporaryDirectory(prefix="dqn_") as scratch:
+        workdir = pathlib.Path(scratch if workdir is None else workdir)
+        result = run_loop(run, source=source, update=update, workdir=workdir, trainer=TRAINER, meta=meta,
+                          progress=progress)
+        history = list(result.history)
+        if result.resumed_from is not None:  # the records before the restored step, from the run's metrics file
+            earlier = read_metrics(workdir / "metrics.jsonl", kind="train") if (workdir / "metrics.jsonl").exists() \
+                else []
+            history = [{k: v for k, v in r.items() if k != "kind"} for r in earlier
+                       if int(r["step"]) <= result.resumed_from] + history
+    return DQNResult(graphdef=graphdef, state=result.state, history=history, resumed_from=result.resumed_from,
+                     preempted=result.preempted)
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNRun:
+    """The DQN's run for `trainers.loop.run_loop` (`LoopRun`): config with a `train` section, the state, no mesh
+    (the navigator is a few thousand parameters on one device)."""
+
+    config: Any
+    state: DQNState
+    mesh: Any = None
+
+
+def _loop_config(config, cfg) -> ml_collections.ConfigDict:
+    """The run's config with the loop's `train` section made from the `dqn` one: a checkpoint every
+    `dqn.checkpoint_every` batches, the last two kept, written synchronously (the state is small), and the run
+    stopped after `dqn.max_nonfinite_steps` batches in a row with a NaN/inf TD loss."""
+    full = ml_collections.ConfigDict(config.to_dict() if "dqn" in config else {"dqn": cfg.to_dict()})
+    full.train = ml_collections.ConfigDict(dict(
+        checkpoint_every=max(int(cfg.checkpoint_every), 1), keep_checkpoints=2, async_checkpoint=False,
+        max_nonfinite_steps=int(cfg.get("max_nonfinite_steps", 3))))
+    return full
 
 
 def train(config, *, workdir, progress: bool = True) -> DQNResult:
@@ -435,4 +463,4 @@ def train(config, *, workdir, progress: bool = True) -> DQNResult:
             print(f"[dqn] batch {b}: episodes {record['episodes']}, mean return {record['mean_return']:.3f}, "
                   f"loss {record['loss']:.4f}, epsilon {record['epsilon']:.3f}", flush=True)
 
-    return train_dqn(training_env(config), config, workdir=workdir, on_batch=log)
+    return train_dqn(training_env(config), config, workdir=workdir, on_batch=log, progress=progress)

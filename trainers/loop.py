@@ -1,11 +1,12 @@
-"""`run_loop(run, *, source, update, ...)`: the one training loop under every trainer (SFT, DPO, GRPO).
+"""`run_loop(run, *, source, update, ...)`: the one training loop under every trainer (SFT, DPO, GRPO, DQN).
 
     result = run_loop(run, source=iterator, update=update, workdir=workdir, trainer="sft", meta=meta)
 
 `source` is any checkpointable iterator: it yields one item per optimizer step (a host batch, a list of prompt
 indices, ...) and has `step` (items taken so far), `total_steps`, `get_state()` and `set_state(state)` (the SFT/DPO
-`BatchIterator`, GRPO's `PromptStream`). `update(state, item) -> (state, metrics)` does one step (SFT/DPO: the
-jitted step on the global batch; GRPO: rollout, rewards and updates); its metrics are host floats, and a
+`BatchIterator`, GRPO's `PromptStream`, the DQN's `EpisodeSource`). `update(state, item) -> (state, metrics)` does
+one step (SFT/DPO: the jitted step on the global batch; GRPO: rollout, rewards and updates; DQN: a batch of
+episodes with their replay updates); its metrics are host floats (`loss` and `skipped` at least), and a
 `batch_tokens` entry (tokens the step read) turns into `tokens_per_s` and MFU. The loop owns:
   * resume from `workdir/checkpoints` (state, source position, metrics log truncated to the restored step), so a
     killed run continues exactly where its checkpoint was;
@@ -32,9 +33,21 @@ from typing import Any, Callable, Protocol
 import jax
 
 from reasoner.checkpoint import RunCheckpoints, check_workdir
-from reasoner.metrics.curves import MetricsWriter, plot_curves
-from trainers.run import Run
+from reasoner.metrics.curves import plot_curves
+from reasoner.metrics.writers import flatten_config, open_writers
 from trainers.state import TrainState
+
+
+class LoopRun(Protocol):
+    """What the loop reads of a run: `trainers.run.Run` (SFT, DPO, GRPO) or the DQN's own small run.
+
+    config: with a `train` section (checkpoint_every, keep_checkpoints, async_checkpoint, max_nonfinite_steps)
+    and optionally `log` (metric writers); state: the checkpointed pytree; mesh: its device mesh (None: one
+    device, nothing sharded)."""
+
+    config: Any
+    state: Any
+    mesh: Any
 
 
 class NonFiniteLossError(RuntimeError):
@@ -150,7 +163,7 @@ def is_primary() -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- loop
-def run_loop(run: Run, *, source: Source, update: Callable[[TrainState, Any], tuple[TrainState, dict]], workdir,
+def run_loop(run: LoopRun, *, source: Source, update: Callable[[TrainState, Any], tuple[TrainState, dict]], workdir,
              trainer: str, meta: dict, eval_fn: Callable[[TrainState], dict[str, float]] | None = None,
              eval_every: int = 0, best_metric: str | None = None, flops_per_token: float | None = None,
              progress: bool = True, on_close: Callable[[], None] | None = None) -> LoopResult:
@@ -161,7 +174,8 @@ def run_loop(run: Run, *, source: Source, update: Callable[[TrainState, Any], tu
     check_workdir(workdir)
     ckpt = RunCheckpoints(workdir, keep=int(train_cfg.keep_checkpoints), best_metric=best_metric,
                           async_save=bool(train_cfg.async_checkpoint))
-    writer = MetricsWriter(workdir / "metrics.jsonl", enabled=is_primary())
+    writer = open_writers(workdir, log=run.config.get("log"), enabled=is_primary())  # config.log.writers
+    writer.hparams(flatten_config(run.config))
     state = run.state
     resumed_from = ckpt.latest_step()
     if resumed_from is not None:
@@ -171,7 +185,7 @@ def run_loop(run: Run, *, source: Source, update: Callable[[TrainState, Any], tu
         writer.truncate_after(int(resumed_from))
     guard = NonFiniteGuard(int(train_cfg.max_nonfinite_steps))
     peak = peak_flops_per_device()
-    n_devices = run.mesh.devices.size
+    n_devices = 1 if run.mesh is None else run.mesh.devices.size
     every = int(train_cfg.checkpoint_every)
     total = int(source.total_steps)
     history: list[dict[str, float]] = []
@@ -197,6 +211,8 @@ def run_loop(run: Run, *, source: Source, update: Callable[[TrainState, Any], tu
                     host["tokens_per_s"] = tokens / seconds
                     if peak is not None and flops_per_token is not None:
                         host["mfu"] = tokens * flops_per_token / seconds / (peak * n_devices)
+                for name, rows in (host.pop("tables", None) or {}).items():  # e.g. GRPO's sample completions
+                    writer.table(step, name, rows)
                 writer.write(step, "train", **host)
                 history.append({"step": step, **host})
                 bar.set_postfix(loss=f"{host['loss']:.4f}", refresh=False)
@@ -227,6 +243,7 @@ def run_loop(run: Run, *, source: Source, update: Callable[[TrainState, Any], tu
         ckpt.close()
         if on_close is not None:
             on_close()
+        writer.close()
     if writer.enabled and writer.path.exists() and not preemption.requested:
         plot_curves(writer.path, workdir / "curves.png")
     return LoopResult(state=state, last_metrics=history[-1] if history else {}, history=history,

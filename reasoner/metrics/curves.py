@@ -3,7 +3,9 @@
 `MetricsWriter(path)` appends records `{"step": n, "kind": "train"|"eval", ...}` and flushes each
 line, so a killed run keeps everything it logged. On resume, `truncate_after(step)` drops records
 of steps the restored checkpoint had not reached (they are recomputed), so the file reads as
-one uninterrupted run. `plot_curves(jsonl, png)` draws one panel per metric against step.
+one uninterrupted run. `plot_curves(jsonl, png)` draws one panel per metric against step. The writer also keeps
+the run's flattened config (`hparams.json`) and tables (`metrics.<name>.jsonl`, one row a line with its step), so it
+stands in for the TensorBoard / W&B writers of `reasoner.metrics.writers`.
 """
 
 from __future__ import annotations
@@ -42,21 +44,56 @@ class MetricsWriter:
             f.flush()
             os.fsync(f.fileno())
 
-    def truncate_after(self, step: int) -> None:
-        """Removes records with step > `step` (and a torn last line from a killed process)."""
-        if not self.enabled or not self.path.exists():
+    def hparams(self, params: dict[str, Any]) -> None:
+        """`hparams.json` beside the log: the run's flattened config, rewritten at each start."""
+        if not self.enabled:
             return
-        kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if int(record.get("step", 0)) <= step:
-                kept.append(line)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        tmp.replace(self.path)
+        tmp = self.path.with_name("hparams.json.tmp")
+        tmp.write_text(json.dumps({k: _clean(v) for k, v in params.items()}, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(self.path.with_name("hparams.json"))
+
+    def table_path(self, name: str) -> pathlib.Path:
+        """Where table `name` goes: `metrics.<name>.jsonl` beside the log."""
+        if not name or any(c in name for c in "/\\") or name.startswith("."):
+            raise ValueError(f"table name {name!r}: expected a plain file-name part such as 'completions'")
+        return self.path.with_name(f"{self.path.stem}.{name}.jsonl")
+
+    def table(self, step: int, name: str, rows) -> None:
+        """Appends each row as `{"step": step, **row}` to `table_path(name)`."""
+        path = self.table_path(name)
+        if not self.enabled:
+            return
+        with open(path, "a", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps({"step": int(step), **{k: _clean(v) for k, v in row.items()}}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def close(self) -> None:
+        """Nothing is held open (each record is appended and synced)."""
+
+    def truncate_after(self, step: int) -> None:
+        """Removes records with step > `step` (and a torn last line from a killed process), in the log and in
+        its tables."""
+        if not self.enabled:
+            return
+        for path in [self.path, *sorted(self.path.parent.glob(f"{self.path.stem}.*.jsonl"))]:
+            if path.exists():
+                _truncate_jsonl(path, step)
+
+
+def _truncate_jsonl(path: pathlib.Path, step: int) -> None:
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if int(record.get("step", 0)) <= step:
+            kept.append(line)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    tmp.replace(path)
 
 
 def read_metrics(path, *, kind: str | None = None) -> list[dict[str, Any]]:
