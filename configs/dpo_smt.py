@@ -18,9 +18,11 @@ from configs import common
 def get_config(variant=None) -> ml_collections.ConfigDict:
     c = common.run_config("dpo", seed=0)
     c.data = ml_collections.ConfigDict(dict(
-        source="jsonl", path="data/smt_pairs", name="", tfds_dir="", seq_len=1024, overflow="drop"))
+        source="jsonl", path="data/smt_pairs", name="", tfds_dir="", hf_path="", hf_split="train", seq_len=1024,
+        overflow="drop"))
     c.dpo = ml_collections.ConfigDict(dict(
-        beta=0.1, loss_type="sigmoid", label_smoothing=0.0,
+        beta=0.1, loss_type="sigmoid", label_smoothing=0.0,  # loss_type: sigmoid robust ipo hinge | orpo simpo
+        simpo_gamma=0.5,  # SimPO's target margin (TRL CPOConfig default); beta is ORPO's lambda / SimPO's beta
         precompute_ref=True,  # one reference pass before training, cached in workdir/ref_logps.npz
         ref_model=""))  # "" = the starting policy weights
     c.optim = common.optim(name="adamw", lr=5e-7, schedule="cosine", warmup_ratio=0.1)

@@ -3,8 +3,12 @@
 Sequence log-prob = sum of completion-token log-probs. Loss types (TRL 1.16 formulas, see
 `trainers.losses.dpo_per_pair_loss`): sigmoid (beta 0.1 default; label_smoothing > 0 gives
 conservative DPO), robust (label-smoothed, unbiased), ipo, hinge; averaged over the pairs of the
-global batch. The reference model stays outside the optimizer: either its log-probs are computed
-once before training (`dpo.precompute_ref`, cached in `workdir/ref_logps.npz`) or on the fly in
+global batch. Reference-free: orpo (odds ratio of average log-probs, weight `dpo.beta`, plus the NLL of the
+chosen completion tokens; TRL's ORPO also counts prompt tokens in that NLL, we train completions only, as SFT
+does) and simpo (`dpo.beta`, margin `dpo.simpo_gamma`; TRL CPOTrainer loss_type="simpo", cpo_alpha 0): with them
+no reference model is built or run, and rewards/* and logps/* are TRL's beta x / plain average log-probs
+(ORPO also logs nll_loss). Otherwise the reference model stays outside the optimizer: either its log-probs are
+computed once before training (`dpo.precompute_ref`, cached in `workdir/ref_logps.npz`) or on the fly in
 the step under `stop_gradient`. Logged: loss and TRL's rewards/chosen, rewards/rejected,
 rewards/accuracies, rewards/margins (means over pairs), plus logps/chosen and logps/rejected.
 Pairs are not packed: chosen and rejected rows run as one [2B, T] forward.
@@ -27,7 +31,8 @@ from flax import nnx
 from reasoner.checkpoint import fingerprint
 from reasoner.data.pipeline import batch_sharding, eval_batches, prepare_dpo, to_global_batch
 from reasoner.models.scoring import sequence_logps
-from trainers.losses import dpo_per_pair_loss, dpo_reward_sums
+from trainers.losses import (PAIR_LOSS_TYPES, REFERENCE_FREE_LOSS_TYPES, dpo_per_pair_loss, dpo_reward_sums,
+                             orpo_nll, orpo_per_pair_loss, simpo_per_pair_loss)
 from trainers.loop import LoopResult, run_loop, train_flops_per_token
 from trainers.data import batch_iterator
 from trainers.run import Frozen, Run, RowsRun, load_tokenizer_for, merged_for_export, setup_rows, with_reference
@@ -47,8 +52,36 @@ def pair_logps(model, mb: dict) -> tuple[jax.Array, jax.Array, jax.Array, jax.Ar
     return seq[:b], seq[b:], lengths[:b], lengths[b:]
 
 
+def reference_free(dpo_cfg) -> bool:
+    """Whether `dpo.loss_type` needs no reference model (orpo, simpo); raises on an unknown loss type."""
+    if dpo_cfg.loss_type not in PAIR_LOSS_TYPES:
+        raise ValueError(f"dpo.loss_type={dpo_cfg.loss_type!r}: expected one of {PAIR_LOSS_TYPES} (KTO needs unpaired "
+                         "data: trainers.losses.kto_losses)")
+    return dpo_cfg.loss_type in REFERENCE_FREE_LOSS_TYPES
+
+
+def free_terms(dpo_cfg, *, policy, lengths):
+    """(per-pair loss [B], metric sums) of a reference-free loss from average completion log-probs."""
+    ac, ar = (x / jnp.maximum(n, 1.0) for x, n in zip(policy, lengths))
+    if dpo_cfg.loss_type == "orpo":
+        per_pair, _ = orpo_per_pair_loss(chosen_avg_logps=ac, rejected_avg_logps=ar, beta=dpo_cfg.beta)
+    else:
+        per_pair = simpo_per_pair_loss(chosen_avg_logps=ac, rejected_avg_logps=ar, beta=dpo_cfg.beta,
+                                       gamma=float(dpo_cfg.get("simpo_gamma", 0.5)),
+                                       label_smoothing=dpo_cfg.label_smoothing)
+    zeros = jnp.zeros_like(ac)
+    sums = dpo_reward_sums(chosen_logps=ac, rejected_logps=ar, ref_chosen_logps=zeros, ref_rejected_logps=zeros,
+                           beta=dpo_cfg.beta)
+    sums["logps/chosen"] = jnp.sum(jax.lax.stop_gradient(ac))
+    sums["logps/rejected"] = jnp.sum(jax.lax.stop_gradient(ar))
+    return per_pair, sums
+
+
 def dpo_terms(dpo_cfg, *, policy, ref, lengths):
-    """(per-pair loss [B], metric sums) from policy and reference (chosen, rejected) log-probs."""
+    """(per-pair loss [B], metric sums) from policy and reference (chosen, rejected) log-probs (ref unused and
+    may be None for the reference-free losses)."""
+    if reference_free(dpo_cfg):
+        return free_terms(dpo_cfg, policy=policy, lengths=lengths)
     pc, pr = policy
     rc, rr = ref
     per_pair = dpo_per_pair_loss(chosen_logps=pc, rejected_logps=pr, ref_chosen_logps=rc, ref_rejected_logps=rr,
@@ -69,6 +102,14 @@ def dpo_loss_fn(graphdef, dpo_cfg, *, precomputed: bool):
     def loss_fn(params, frozen: Frozen, mb: dict, denom: jax.Array):
         model = nnx.merge(graphdef, params, frozen.base)
         pc, pr, lc, lr = pair_logps(model, mb)
+        if reference_free(dpo_cfg):
+            per_pair, sums = free_terms(dpo_cfg, policy=(pc, pr), lengths=(lc, lr))
+            if dpo_cfg.loss_type != "orpo":
+                return jnp.sum(per_pair) / denom, sums
+            # + ORPO's NLL: TRL's token mean of each micro-batch, averaged over the denom / B micro-batches
+            nll = orpo_nll(pc, lc)
+            sums["nll_loss"] = jax.lax.stop_gradient(nll) * pc.shape[0]
+            return (jnp.sum(per_pair) + nll * pc.shape[0]) / denom, sums
         if precomputed:
             rc, rr = mb["ref_chosen_logps"], mb["ref_rejected_logps"]
         else:
@@ -91,8 +132,9 @@ def mean_metrics(m: dict[str, float]) -> dict[str, float]:
     pairs = m["denom"]
     out = dict(m)
     for key in ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
-                "logps/chosen", "logps/rejected"):
-        out[key] = m[key] / pairs
+                "logps/chosen", "logps/rejected", "nll_loss"):
+        if key in m:
+            out[key] = m[key] / pairs
     return out
 
 
@@ -179,12 +221,13 @@ def build_dpo(config, *, workdir, tokenizer=None, splits=None, devices=None) -> 
     """Data, run, reference and step of `config` (`devices`: a subset for tests; default all). With
     `dpo.precompute_ref` the rows carry the reference log-probs and `run.frozen.reference` is None."""
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer_for(config.model)
+    free = reference_free(config.dpo)  # orpo / simpo: no reference model at all
     rows, val_rows, stats = load_rows(config, tokenizer=tokenizer, workdir=workdir, splits=splits)
     iterator, run = setup_rows(config, rows, tokenizer=tokenizer, devices=devices)
-    run = dpo_reference(run)
-    precomputed = bool(config.dpo.precompute_ref)
+    run = run if free else dpo_reference(run)
+    precomputed = bool(config.dpo.precompute_ref) and not free
     batch_size = int(config.train.batch_size)
-    if val_rows is not None:  # evaluation always reads the reference's log-probs from the rows
+    if val_rows is not None and not free:  # evaluation always reads the reference's log-probs from the rows
         val_rows = {**val_rows, **reference_logps(run.graphdef, run.frozen, val_rows, mesh=run.mesh,
                                                   batch_size=batch_size)}
     if precomputed:
@@ -204,6 +247,7 @@ def build_dpo(config, *, workdir, tokenizer=None, splits=None, devices=None) -> 
 def make_eval_fn(s: RowsRun, dpo_cfg, *, batch_size: int):
     """state -> validation {"val_loss", "val_rewards/accuracies", "val_rewards/margins", ...} (means over pairs)."""
     run, val_rows = s.run, s.val_rows
+    free = reference_free(dpo_cfg)
     n = len(val_rows["chosen_tokens"])
     batches = eval_batches(val_rows, batch_size=batch_size)
 
@@ -212,11 +256,16 @@ def make_eval_fn(s: RowsRun, dpo_cfg, *, batch_size: int):
         mb = jax.tree.map(lambda x: x[0], batch)
         pc, pr, lc, lr = pair_logps(nnx.merge(run.graphdef, params, frozen.base), mb)
         valid = (lc > 0).astype(jnp.float32)  # filler rows have no completion tokens
-        per_pair, _ = dpo_terms(dpo_cfg, policy=(pc, pr), ref=(mb["ref_chosen_logps"], mb["ref_rejected_logps"]),
-                                lengths=(lc, lr))
-        chosen = dpo_cfg.beta * (pc - mb["ref_chosen_logps"])
-        rejected = dpo_cfg.beta * (pr - mb["ref_rejected_logps"])
+        if free:  # TRL's rewards of ORPO / SimPO: beta x average log-probs; ORPO's NLL added in eval_fn
+            per_pair, _ = free_terms(dpo_cfg, policy=(pc, pr), lengths=(lc, lr))
+            chosen, rejected = dpo_cfg.beta * pc / jnp.maximum(lc, 1.0), dpo_cfg.beta * pr / jnp.maximum(lr, 1.0)
+        else:
+            per_pair, _ = dpo_terms(dpo_cfg, policy=(pc, pr),
+                                    ref=(mb["ref_chosen_logps"], mb["ref_rejected_logps"]), lengths=(lc, lr))
+            chosen = dpo_cfg.beta * (pc - mb["ref_chosen_logps"])
+            rejected = dpo_cfg.beta * (pr - mb["ref_rejected_logps"])
         return {"val_loss": jnp.sum(per_pair * valid), "val_rewards/chosen": jnp.sum(chosen * valid),
+                "nll_sum": -jnp.sum(pc * valid), "nll_tokens": jnp.sum(lc * valid),
                 "val_rewards/rejected": jnp.sum(rejected * valid),
                 "val_rewards/accuracies": jnp.sum((chosen > rejected) * valid),
                 "val_rewards/margins": jnp.sum((chosen - rejected) * valid)}
@@ -226,7 +275,11 @@ def make_eval_fn(s: RowsRun, dpo_cfg, *, batch_size: int):
         for b in batches:
             for k, v in one(state.params, run.frozen, to_global_batch(b, run.mesh)).items():
                 totals[k] = totals.get(k, 0.0) + float(v)
-        return {k: v / n for k, v in totals.items()}
+        nll_sum, nll_tokens = totals.pop("nll_sum"), totals.pop("nll_tokens")
+        out = {k: v / n for k, v in totals.items()}
+        if dpo_cfg.loss_type == "orpo":  # + the chosen-token NLL, a token mean over the validation pairs
+            out["val_loss"] += nll_sum / max(nll_tokens, 1.0)
+        return out
 
     return eval_fn
 
@@ -259,7 +312,8 @@ def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None
         eval_fn=eval_fn, eval_every=s.iterator.steps_per_epoch,
         # policy forward+backward (3 passes) plus the reference forward when it is not precomputed
         flops_per_token=train_flops_per_token(s.run.model_cfg, seq_len=config.data.seq_len,
-                                              passes=3.0 if config.dpo.precompute_ref else 4.0),
+                                              passes=3.0 if config.dpo.precompute_ref or reference_free(
+                                                  config.dpo) else 4.0),
         progress=progress)
     if config.get("export_dir") and not result.preempted:
         from reasoner.models.export import export_hf

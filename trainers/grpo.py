@@ -58,7 +58,18 @@ def loss_config(config) -> gl.GRPOLossConfig:
     return gl.GRPOLossConfig(loss_type=g.loss_type, beta=float(g.beta), epsilon_low=float(g.epsilon_low),
                              epsilon_high=float(g.epsilon_high), delta=float(g.delta) if g.delta else None,
                              use_bias_correction_kl=bool(g.use_bias_correction_kl),
-                             max_completion_length=completion_budget(config))
+                             max_completion_length=completion_budget(config),
+                             importance_sampling_level=str(g.get("importance_sampling_level", "token")))
+
+
+def advantage_config(config) -> gl.AdvantageConfig:
+    """The host-side advantage settings of `config.grpo` (estimator, DAPO dynamic sampling and overlong shaping)."""
+    g = config.grpo
+    return gl.AdvantageConfig(estimator=str(g.get("advantage_estimator", "grpo")), scale_rewards=g.scale_rewards,
+                              normalize_advantages=bool(g.get("normalize_advantages", False)),
+                              dynamic_sampling=bool(g.get("dynamic_sampling", False)),
+                              overlong_max_len=int(g.get("overlong_max_len", 0)),
+                              overlong_cache=int(g.get("overlong_cache", 0)))
 
 
 def completion_budget(config) -> int:
@@ -86,8 +97,7 @@ def check_config(config) -> None:
     if completion_budget(config) < g.max_new_tokens:
         raise ValueError(f"grpo.max_completion_tokens={g.max_completion_tokens}: expected >= max_new_tokens")
     loss_config(config)
-
-
+    advantage_config(config)
 
 
 def tool_from_config(config, tokenizer):
@@ -104,18 +114,14 @@ def tool_from_config(config, tokenizer):
 
 
 # ============================================================================================== loss
-def advantages(total_B: np.ndarray, *, num_generations: int, scale_rewards: str) -> tuple[np.ndarray, dict]:
-    """(advantages_B, stats) from the registry's weighted totals, TRL's group statistics."""
-    adv, std, zero_std = gl.group_advantages(jnp.asarray(total_B), num_generations=num_generations,
-                                             scale_rewards=scale_rewards)
-    finite = np.isfinite(total_B)
-    grouped = np.where(finite, total_B, np.nan).reshape(-1, num_generations)
-    stats = {"reward": float(np.nanmean(total_B)) if finite.any() else float("nan"),
-             "reward_std": float(np.nanmean(np.asarray(std))) if finite.any() else float("nan"),
-             "frac_reward_zero_std": float(np.mean(np.asarray(zero_std))),
-             "unscorable": int((~finite).sum()),
-             "group_best": float(np.nanmean(np.nanmax(grouped, axis=1))) if finite.any() else float("nan")}
-    return np.asarray(adv, np.float32), stats
+def advantages(total_B: np.ndarray, *, num_generations: int, scale_rewards: str, adv_cfg=None, lengths_B=None,
+               mask_BxT=None) -> tuple[np.ndarray, dict]:
+    """(advantages_B, stats) from the registry's weighted totals, TRL's group statistics (`adv_cfg`: the options of
+    `gl.AdvantageConfig`; default plain GRPO with `scale_rewards`)."""
+    h = gl.host_advantages(total_B, num_generations=num_generations, lengths_B=lengths_B, mask_BxT=mask_BxT,
+                           config=adv_cfg or gl.AdvantageConfig(scale_rewards=scale_rewards))
+    return h.advantages_B, gl.reward_stats(h, num_generations=num_generations,
+                                        dynamic_sampling=adv_cfg is not None and adv_cfg.dynamic_sampling)
 
 
 def grpo_loss_fn(graphdef, loss_cfg: gl.GRPOLossConfig, *, prompt_len: int, temperature: float, grad_accum: int,
@@ -212,8 +218,10 @@ def sync_sampler(sampler, run: Run, params) -> None:
 
 # ============================================================================================== one iteration
 def generation_step(steps: GRPOSteps, sampler, state: TrainState, *, examples: Sequence[Mapping], reward, tool,
-                    seed: int) -> tuple[TrainState, dict[str, float]]:
-    """Rollout -> rewards (host thread) || reference log-probs (device) -> advantages -> num_iterations updates."""
+                    seed: int, table_rows: int = 0) -> tuple[TrainState, dict[str, float]]:
+    """Rollout -> rewards (host thread) || reference log-probs (device) -> advantages -> num_iterations updates.
+    table_rows > 0: the metrics also carry `tables["completions"]`, that many samples with their rewards (the loop
+    hands it to the metric writers)."""
     from reasoner.sampling import SamplingParams
 
     run = steps.run
@@ -240,8 +248,14 @@ def generation_step(steps: GRPOSteps, sampler, state: TrainState, *, examples: S
         ref_logps = steps.reference(P)(run.frozen, host.on_mesh(run.mesh))
     rewards = future.result()
     t2 = time.perf_counter()
-    adv, stats = advantages(rewards.total_B, num_generations=int(g.num_generations), scale_rewards=g.scale_rewards)
-    batch = host.replace(advantages=adv.reshape(host.advantages.shape)).on_mesh(run.mesh).replace(ref_logps=ref_logps)
+    lengths = np.array([len(x) for x in r.completion_ids])
+    adv_cfg = advantage_config(c)
+    h = gl.host_advantages(rewards.total_B, num_generations=int(g.num_generations), config=adv_cfg,
+                           lengths_B=lengths, mask_BxT=host.loss_mask.reshape(len(lengths), -1))
+    stats = gl.reward_stats(h, num_generations=int(g.num_generations), dynamic_sampling=adv_cfg.dynamic_sampling)
+    keep = h.keep_B.reshape(host.advantages.shape)[..., None]  # dropped groups leave the loss (all: loss 0)
+    host = host.replace(advantages=h.advantages_B.reshape(host.advantages.shape), loss_mask=host.loss_mask * keep)
+    batch = host.on_mesh(run.mesh).replace(ref_logps=ref_logps)
     update = steps.update(P)
     metrics = []
     for _ in range(int(g.num_iterations)):
@@ -249,13 +263,18 @@ def generation_step(steps: GRPOSteps, sampler, state: TrainState, *, examples: S
         metrics.append(m)
     host_metrics = {k: float(np.mean([float(x[k]) for x in metrics])) for k in metrics[-1]}
     t3 = time.perf_counter()
-    lengths = np.array([len(x) for x in r.completion_ids])
     out = {**host_metrics, **stats, **{f"rewards/{k}": v for k, v in rewards.means().items()},
            "completions/mean_length": float(lengths.mean()), "completions/clipped_ratio": float(r.truncated.mean()),
            "rollout_s": t1 - t0, "reward_wait_s": t2 - t1, "update_s": t3 - t2,
            "samples_s": len(lengths) / (t3 - t0)}
     for name, counts in reward.counter_dict().items():
         out[f"reward_failures/{name}"] = float(counts["errors"] + counts["timeouts"] + counts["non_finite"])
+    if table_rows > 0:
+        from reasoner.metrics.writers import completion_rows
+
+        out["tables"] = {"completions": completion_rows(
+            prompts=[e.get("prompt", "") for e in r.examples], completions=r.texts, total_B=rewards.total_B,
+            per_function_BxF=rewards.per_function_BxF, names=rewards.names, max_rows=table_rows)}
     return state, out
 
 
@@ -339,8 +358,10 @@ def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_ex
 
     def update(state, indices):
         seed = (int(config.seed) * 1_000_003 + stream.step) % 2**32
+        every = int(config.log.completions_every) if "log" in config else 0
         return generation_step(steps, sampler, state, examples=[examples[i] for i in indices], reward=reward,
-                               tool=tool, seed=seed)
+                               tool=tool, seed=seed, table_rows=int(config.log.completions_rows)
+                               if every > 0 and stream.step % every == 0 else 0)
 
     def eval_fn(state):
         return evaluate(run, sampler, state, examples=eval_examples, reward=reward, tool=tool)

@@ -1,4 +1,4 @@
-"""Loss formulas of the SFT and DPO trainers, as pure functions of log-probs and masks.
+"""Loss formulas of the SFT and preference trainers (DPO family, ORPO, SimPO, KTO), as pure functions of log-probs.
 
 Conventions: token arrays are [B, T]; `loss_mask_BxT[t] = 1` marks token t as a trained target
 (a completion token). The log-prob of token t comes from the logits at t-1, so the targets are
@@ -14,6 +14,8 @@ import jax.numpy as jnp
 from reasoner.models.scoring import target_mask  # noqa: F401  (the trainers' loss masks; log-probs live there)
 
 DPO_LOSS_TYPES = ("sigmoid", "robust", "ipo", "hinge")
+REFERENCE_FREE_LOSS_TYPES = ("orpo", "simpo")  # pair losses of policy log-probs alone (no reference model)
+PAIR_LOSS_TYPES = DPO_LOSS_TYPES + REFERENCE_FREE_LOSS_TYPES  # the values of `dpo.loss_type`
 
 
 def sft_loss_sum(logp_BxTm1: jax.Array, mask_BxTm1: jax.Array) -> jax.Array:
@@ -79,3 +81,66 @@ def dpo_reward_sums(
         "rewards/accuracies": jnp.sum((chosen > rejected).astype(jnp.float32)),
         "rewards/margins": jnp.sum(chosen - rejected),
     }
+
+
+# ----------------------------------------------------------------------------------------------- reference-free
+
+
+def log1mexp(x: jax.Array) -> jax.Array:
+    """log(1 - exp(x)) for x < 0, stable on both sides of -ln 2 (TRL's ORPO `log1mexp`). Each branch sees only
+    inputs in its own range, so the branch not taken has a finite gradient (no NaN leaks through `where`); x is
+    capped just below 0 (log-probs of probability 1 would give -inf)."""
+    x = jnp.minimum(x, -1e-30)
+    cut = -0.6931471805599453
+    far = jnp.where(x < cut, x, cut)  # x < -ln 2: log1p(-exp(x)) is accurate
+    near = jnp.where(x < cut, cut, x)  # -ln 2 <= x < 0: log(-expm1(x)) is accurate
+    return jnp.where(x < cut, jnp.log1p(-jnp.exp(far)), jnp.log(-jnp.expm1(near)))
+
+
+def orpo_per_pair_loss(*, chosen_avg_logps: jax.Array, rejected_avg_logps: jax.Array, beta: float):
+    """([P] odds-ratio term, [P] log odds) of ORPO (Hong et al. 2024, Eqs. 4-7; TRL's `ORPOTrainer.odds_ratio_loss`).
+
+    With per-token AVERAGE completion log-probs a = log P(y|x) / |y|:
+      log_odds = (a_c - a_r) - (log(1 - e^a_c) - log(1 - e^a_r));   term = -beta log sigmoid(log_odds)
+    The ORPO loss is `orpo_nll` of the chosen tokens + mean(term) (TRL: nll - mean(beta log sigmoid(log_odds))).
+    """
+    log_odds = (chosen_avg_logps - rejected_avg_logps) - (log1mexp(chosen_avg_logps) - log1mexp(rejected_avg_logps))
+    return -beta * jax.nn.log_sigmoid(log_odds), log_odds
+
+
+def orpo_nll(chosen_logps_sum: jax.Array, chosen_tokens: jax.Array) -> jax.Array:
+    """ORPO's supervised term: -sum of chosen-token log-probs / number of those tokens (a token mean over the batch,
+    TRL's CrossEntropyLoss); 0 when there are no tokens."""
+    return -jnp.sum(chosen_logps_sum) / jnp.maximum(jnp.sum(chosen_tokens), 1.0)
+
+
+def simpo_per_pair_loss(*, chosen_avg_logps: jax.Array, rejected_avg_logps: jax.Array, beta: float, gamma: float,
+                        label_smoothing: float = 0.0) -> jax.Array:
+    """[P] SimPO (Meng et al. 2024, Eq. 6; TRL's `CPOTrainer.cpo_loss` with loss_type="simpo"), reference-free:
+      z = beta (a_c - a_r) - gamma,  a = average completion log-prob;
+      loss = -(1 - ls) log sigmoid(z) - ls log sigmoid(-z)            (TRL's label smoothing; ls = 0: the paper)
+    """
+    z = beta * (chosen_avg_logps - rejected_avg_logps) - gamma
+    return -(1.0 - label_smoothing) * jax.nn.log_sigmoid(z) - label_smoothing * jax.nn.log_sigmoid(-z)
+
+
+# ----------------------------------------------------------------------------------------------- KTO
+
+
+def kto_losses(*, logps: jax.Array, ref_logps: jax.Array, kl_logps: jax.Array, ref_kl_logps: jax.Array,
+               labels: jax.Array, beta: float, desirable_weight: float = 1.0, undesirable_weight: float = 1.0):
+    """([B] weighted per-example losses, the KL estimate) of KTO (Ethayarajh et al. 2024, Eq. 7), as TRL 1.16's
+    `KTOTrainer._compute_loss` (loss_type "kto"); the loss is the mean over the B examples.
+
+    logps / ref_logps [B]: summed completion log-probs of (x, y) under policy and reference; labels [B]: 1 =
+    desirable. kl_logps / ref_kl_logps [B]: the same for mismatched pairs (x, y') (TRL cycles completions within
+    the batch), giving z0 = max(0, mean(kl_logps - ref_kl_logps)), held constant (no gradient):
+      desirable:   w_d (1 - sigmoid(beta (r - z0)))       r = logps - ref_logps
+      undesirable: w_u (1 - sigmoid(beta (z0 - r)))
+    """
+    z0 = jnp.maximum(jax.lax.stop_gradient(jnp.mean(kl_logps - ref_kl_logps)), 0.0)
+    r = logps - ref_logps
+    desirable = jnp.asarray(labels).astype(bool)
+    loss = jnp.where(desirable, desirable_weight * (1.0 - jax.nn.sigmoid(beta * (r - z0))),
+                     undesirable_weight * (1.0 - jax.nn.sigmoid(beta * (z0 - r))))
+    return loss, z0
