@@ -33,7 +33,7 @@ def base_config() -> ml_collections.ConfigDict:
     c = common.run_config("grpo", seed=0)
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/deeprd_records", name="", tfds_dir="", task="astar", dataset="deeprd",
-        eval_split="validation", limit=0))
+        eval_split="validation", limit=0, hf_path="", hf_split="train"))
     c.grpo = common.grpo(num_generations=16, beta=0.04)
     c.rewards = astar_reward("astar_dependency", "deeprd")
     c.optim = common.optim(name="adam", lr=1e-6, schedule="constant")

@@ -17,7 +17,7 @@ from configs import common
 def base_config() -> ml_collections.ConfigDict:
     c = common.run_config("sft", seed=0)
     c.data = ml_collections.ConfigDict(dict(
-        source="jsonl", path="data/astar_traces", name="", tfds_dir="",
+        source="jsonl", path="data/astar_traces", name="", tfds_dir="", hf_path="", hf_split="train",
         seq_len=1024, overflow="truncate", packing=True))
     c.optim = common.optim(name="adam", lr=2e-5, schedule="cosine", warmup_ratio=0.03)
     c.train = common.train(batch_size=4, grad_accum=1, num_epochs=3, checkpoint_every=200)

@@ -19,7 +19,8 @@ from configs import common
 def get_config(variant=None) -> ml_collections.ConfigDict:
     c = common.run_config("sft", seed=0)
     c.data = ml_collections.ConfigDict(dict(
-        source="jsonl", path="data/smt_gold", name="", tfds_dir="", seq_len=2048, overflow="drop", packing=True))
+        source="jsonl", path="data/smt_gold", name="", tfds_dir="", hf_path="", hf_split="train", seq_len=2048,
+        overflow="drop", packing=True))
     c.optim = common.optim(name="adamw", lr=2e-5, schedule="cosine", warmup_ratio=0.03, weight_decay=0.0,
                            max_grad_norm=1.0)
     c.train = common.train(batch_size=4, grad_accum=2, num_epochs=2, checkpoint_every=10, keep_checkpoints=3)

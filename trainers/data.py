@@ -1,11 +1,14 @@
 """Where a trainer's examples come from.
 
-SFT / DPO (`load_splits`), by `config.data.source`:
+SFT / DPO (`load_splits`): `config.data.hf_path`, when set, is a Hugging Face `datasets` file or directory in TRL's
+formats (`reasoner.data.hf_datasets`; `data.hf_split` is the split trained on, a "validation" split evaluates), and
+`data.source` / `data.path` are not read. Otherwise by `config.data.source`:
   "jsonl": `config.data.path` is a directory of train/validation/test .jsonl files (see
            `reasoner.data.chat_jsonl`), built once into `config.data.tfds_dir` (default: workdir/tfds).
   "tfds":  `config.data.name` is a registered TFDS builder read with `tfds.data_source` from
            `config.data.tfds_dir`; its records must carry the chat fields (prompt, completion | chosen, rejected).
-GRPO (`load_examples`): rows of `data.path`/<split>.jsonl or of the TFDS builder `data.name`, turned into examples
+GRPO (`load_examples`): rows of `data.hf_path` (its `prompt` column; split "train" reads `data.hf_split`), of
+`data.path`/<split>.jsonl or of the TFDS builder `data.name`, turned into examples
 (`prompt` plus what the rewards read) by `as_example` for `data.task` "chat", "astar" or "smt"; `PromptStream`
 draws them `per_step` at a time (the GRPO loop's checkpointable source).
 """
@@ -21,6 +24,11 @@ import numpy as np
 
 def load_splits(data_cfg, *, kind: str, workdir) -> dict:
     """{split: random-access source of chat dicts} for `kind` in {'sft', 'dpo'}."""
+    if data_cfg.get("hf_path"):
+        from reasoner.data.hf_datasets import load_chat_splits
+
+        return load_chat_splits(data_cfg.hf_path, kind=kind, split=data_cfg.get("hf_split") or "train",
+                                cache_dir=pathlib.Path(workdir) / "hf_datasets")
     tfds_dir = data_cfg.get("tfds_dir") or str(pathlib.Path(workdir) / "tfds")
     if data_cfg.source == "jsonl":
         from reasoner.data.chat_jsonl import build_chat_dataset
@@ -50,8 +58,14 @@ def batch_iterator(config, rows: dict):
 
 
 def load_examples(data_cfg, *, split: str) -> list[dict]:
-    """Examples of `split` from `data.source` "jsonl" (`data.path`/<split>.jsonl) or "tfds" (`data.name`)."""
-    if data_cfg.source == "jsonl":
+    """Examples of `split` from `data.hf_path` or `data.source` "jsonl" (`data.path`/<split>.jsonl) or "tfds"
+    (`data.name`)."""
+    if data_cfg.get("hf_path"):
+        from reasoner.data.hf_datasets import load_rows
+
+        hf_split = (data_cfg.get("hf_split") or "train") if split == "train" else split
+        rows = load_rows(data_cfg.hf_path, split=hf_split, prompts=data_cfg.task == "chat")
+    elif data_cfg.source == "jsonl":
         from reasoner.data.jsonl import read_jsonl
 
         path = pathlib.Path(data_cfg.path)

@@ -35,12 +35,13 @@ FIELDS = {"sft": ("completion",), "dpo": ("chosen", "rejected")}
 
 
 def _messages(value, *, where: str, field: str) -> list[dict]:
-    if isinstance(value, str):
+    if isinstance(value, str) and field != "messages":  # a conversation is always a list
         return [{"role": "user", "content": value}] if field == "prompt" else value
     if not (isinstance(value, list) and value and all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
             for m in value)):
-        raise ValueError(f"{where}: {field} must be a string or a non-empty list of {{role, content}} messages")
+        raise ValueError(f"{where}: {field} must be {'a string or ' * (field != 'messages')}a non-empty list of "
+                         "{role, content} messages")
     return [dict(m) for m in value]
 
 
@@ -56,6 +57,14 @@ def parse_line(line: str, *, kind: str, where: str) -> dict[str, Any]:
     from reasoner.data.jsonl import parse_object
 
     record = parse_object(line, where=where, what=f"a {kind} record (prompt and {', '.join(FIELDS[kind])})")
+    return {k: json.dumps(v, ensure_ascii=False) for k, v in normalize_record(record, kind=kind, where=where).items()}
+
+
+def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[str, Any]:
+    """One record (any accepted shape) -> {"prompt": [messages], <fields>: str | [messages], "tools": list | None},
+    the plain dicts `DecodedSource` serves; clear errors name `where`. Shared by the JSONL builder and
+    `reasoner.data.hf_datasets`, so both sources feed the trainers identical examples."""
+    record = dict(record)
     if kind == "sft" and "messages" in record and "prompt" not in record:
         messages = _messages(record["messages"], where=where, field="messages")
         record["prompt"], record["completion"] = _split_at_first_assistant(messages, where=where, field="messages")
@@ -73,16 +82,16 @@ def parse_line(line: str, *, kind: str, where: str) -> dict[str, Any]:
     if missing:
         raise ValueError(f"{where}: missing {missing}; a {kind} record needs prompt and {list(FIELDS[kind])}"
                          + (" (or TRL's messages)" if kind == "sft" else ""))
-    out = {"prompt": json.dumps(_messages(record["prompt"], where=where, field="prompt"), ensure_ascii=False)}
+    out = {"prompt": _messages(record["prompt"], where=where, field="prompt")}
     for key in FIELDS[kind]:
         value = _messages(record[key], where=where, field=key)
         if isinstance(value, list) and not any(m["role"] == "assistant" for m in value):
             raise ValueError(f"{where}: {key} messages hold no assistant turn")
-        out[key] = json.dumps(value, ensure_ascii=False)
+        out[key] = value
     tools = record.get("tools")
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         raise ValueError(f"{where}: tools must be a list of tool schemas (objects), got {type(tools).__name__}")
-    out["tools"] = json.dumps(tools)
+    out["tools"] = tools
     return out
 
 

@@ -74,17 +74,19 @@ def prepare_sft(
     packing: bool = True,
     split: str = "train",
 ) -> tuple[dict[str, np.ndarray], DataStats]:
-    """Tokenized rows {tokens, positions, segment_ids, loss_mask} [R, seq_len] of SFT examples."""
-    from reasoner.tokenization import encode_prompt_completion
+    """Tokenized rows {tokens, positions, segment_ids, loss_mask} [R, seq_len] of SFT examples ({prompt,
+    completion, tools?} or {text}; the loss mask is `reasoner.data.chat_masks.encode_sft_example`'s)."""
+    from reasoner.data.chat_masks import encode_sft_example
 
     if overflow not in OVERFLOW_MODES:
         raise ValueError(f"data.overflow={overflow!r}; expected one of {OVERFLOW_MODES}")
     stats = DataStats()
     docs = []
+    name = getattr(examples, "name", None) or f"{split} split"  # a source may name its file (hf_datasets.ChatRows)
     for i in range(len(examples)):
         ex = examples[i]
         stats.examples += 1
-        pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex["completion"], tools=ex.get("tools"))
+        pc = encode_sft_example(tokenizer, ex, where=f"{name}, row {i}")  # assistant-only mask (chat_masks)
         fitted = _fit(pc.ids, pc.completion_mask, seq_len=seq_len, overflow=overflow, stats=stats)
         if fitted is None:
             continue

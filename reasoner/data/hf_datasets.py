@@ -1,0 +1,181 @@
+"""Hugging Face `datasets` input in TRL's dataset formats, mapped onto our chat examples.
+
+`data.hf_path` is one of
+  a data file          .json / .jsonl / .parquet, read with `datasets.load_dataset(<format>, data_files=...)`;
+                       its one split is "train"
+  a directory of files <split>.json / .jsonl / .parquet (train, validation, test), the same way
+  a saved dataset      a `Dataset.save_to_disk` / `DatasetDict.save_to_disk` directory (`datasets.load_from_disk`);
+                       a lone `Dataset` is the split "train"
+
+and its columns select the format (TRL's names; extra columns such as `id` are ignored, `tools` is passed to the
+chat template):
+
+  sft     ["messages"]                       conversational: the prompt is everything before the first assistant
+                                             turn, the completion the rest, which must end with an assistant turn
+          ["prompt", "completion"]           message lists (conversational) or strings (plain)
+          ["text"]                           plain language modelling: every token trained
+  dpo     ["prompt", "chosen", "rejected"]   message lists or strings
+          ["chosen", "rejected"]             conversational with an implicit prompt (the messages both share)
+  prompt  ["prompt"]                         GRPO prompts of task "chat" (message lists or strings), rows kept whole
+
+Rows go through the same `reasoner.data.chat_jsonl.normalize_record` as our JSONL lines, so a dataset and a JSONL
+file holding the same conversations give identical examples, and then identical packed rows and loss masks
+(`reasoner.data.pipeline.prepare_sft` / `prepare_dpo`). One deliberate difference from TRL: a plain-string prompt
+is one user message rendered through the chat template (as our JSONL reads it), not raw text. Bad rows (missing
+columns, wrong types, empty conversations, an SFT conversation that does not end with the assistant) are a
+`ValueError` naming the file, split, row index and what was expected: our JSONL convention (nothing is skipped).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+FORMATS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "sft": (("messages",), ("prompt", "completion"), ("text",)),
+    "dpo": (("prompt", "chosen", "rejected"), ("chosen", "rejected")),
+    "prompt": (("prompt",),),
+}
+FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+SPLITS = ("train", "validation", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatRows:
+    """Random-access examples of one split, like `chat_jsonl.DecodedSource`; `name` ("<path> [<split>]") lets
+    `prepare_sft` name the row of an error."""
+
+    name: str
+    rows: list[dict[str, Any]]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.rows[index]
+
+
+def _is_saved_dataset(path: pathlib.Path) -> bool:
+    return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+
+
+def load_hf(path, *, cache_dir=None) -> dict[str, Any]:
+    """{split: `datasets.Dataset`} of `path` (a data file, a directory of <split>.<ext> files or a saved dataset)."""
+    import datasets
+
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"data.hf_path: {path} does not exist; expected a .json/.jsonl/.parquet file, a "
+                                "directory of <split>.jsonl (or .json, .parquet) files or a save_to_disk directory")
+    if path.is_dir() and _is_saved_dataset(path):
+        loaded = datasets.load_from_disk(str(path))
+        return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
+    if path.is_file():
+        files = {"train": path}
+    else:
+        files = {p.stem: p for p in sorted(path.iterdir()) if p.stem in SPLITS and p.suffix in FILE_FORMATS}
+        if "train" not in files:
+            raise FileNotFoundError(f"data.hf_path: {path} holds neither a saved dataset (dataset_dict.json or "
+                                    f"state.json) nor a train file; expected train.jsonl (or .json, .parquet) and "
+                                    f"optionally validation / test files of the same format")
+    formats = {FILE_FORMATS.get(p.suffix) for p in files.values()}
+    if None in formats or len(formats) > 1:
+        raise ValueError(f"data.hf_path: {path}: expected .json, .jsonl or .parquet files of one format, got "
+                         f"{sorted(p.name for p in files.values())}")
+    from reasoner.distributed import primary_first
+
+    file_format = formats.pop()
+    # process 0 fills the Arrow cache, the other processes of a job then read it
+    loaded = primary_first(f"hf_datasets:{path}", lambda: datasets.load_dataset(
+        file_format, data_files={s: str(p) for s, p in files.items()},
+        cache_dir=None if cache_dir is None else str(cache_dir)))
+    return dict(loaded)
+
+
+def detect_format(columns, *, kind: str, where: str) -> tuple[str, ...]:
+    """The first of TRL's column sets for `kind` that `columns` hold; a ValueError listing them otherwise."""
+    if kind not in FORMATS:
+        raise ValueError(f"kind={kind!r}; expected one of {tuple(FORMATS)}")
+    for wanted in FORMATS[kind]:
+        if set(wanted) <= set(columns):
+            return wanted
+    expected = " or ".join(str(list(w)) for w in FORMATS[kind])
+    raise ValueError(f"{where}: the columns {sorted(columns)} match none of TRL's {kind} formats; expected the "
+                     f"columns {expected}")
+
+
+def _drop_nones(value):
+    """Arrow stores a list of messages as structs of every key any message has, filling the rest with None (a user
+    message gets `name: None` when a tool message has `name`): drop those keys, as transformers' chat templating
+    does, so templates see the messages that were written."""
+    if isinstance(value, list):
+        return [_drop_nones(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _drop_nones(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def _tools(value, *, where: str):
+    if isinstance(value, str):  # tool schemas stored as one JSON string (mixed shapes do not fit one Arrow type)
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: tools is not valid JSON ({err.msg}); expected a list of tool schemas") from None
+    return _drop_nones(value)
+
+
+def example_from_row(row: dict[str, Any], *, kind: str, columns: tuple[str, ...], where: str) -> dict[str, Any]:
+    """One dataset row in format `columns` -> our example dict (`chat_jsonl.normalize_record`'s, or {"text"})."""
+    from reasoner.data.chat_jsonl import normalize_record
+
+    if columns == ("text",):
+        text = row["text"]
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{where}: text must be a non-empty string, got {text!r:.80}")
+        return {"text": text}
+    # a None cell (a row without that field in a JSON file) is a missing field: normalize_record names it, and a
+    # DPO row without a prompt takes the implicit one (TRL's optional shared prompt)
+    record = {k: _drop_nones(row[k]) for k in columns if row[k] is not None}
+    if row.get("tools") is not None:
+        record["tools"] = _tools(row["tools"], where=where)
+    if kind == "prompt":
+        prompt = record.get("prompt")
+        if not (isinstance(prompt, str) and prompt.strip()) and not (isinstance(prompt, list) and prompt):
+            raise ValueError(f"{where}: prompt must be a non-empty string or list of messages, got {prompt!r:.80}")
+        return {**{k: _drop_nones(v) for k, v in row.items()}, **record}
+    out = normalize_record(record, kind=kind, where=where)
+    if kind == "sft" and isinstance(out["completion"], list) and out["completion"][-1]["role"] != "assistant":
+        raise ValueError(f"{where}: the conversation ends with a {out['completion'][-1]['role']!r} turn; expected an "
+                         "SFT conversation to end with an assistant turn (nothing would learn from what follows)")
+    return out
+
+
+def examples_of(dataset, *, kind: str, name: str) -> ChatRows:
+    """Every row of one `datasets.Dataset` as our examples (validated now, so a bad row fails before training)."""
+    columns = detect_format(dataset.column_names, kind=kind, where=name)
+    return ChatRows(name=name, rows=[example_from_row(row, kind=kind, columns=columns, where=f"{name}, row {i}")
+                                     for i, row in enumerate(dataset.to_list())])
+
+
+def load_chat_splits(path, *, kind: str, split: str = "train", cache_dir=None) -> dict[str, ChatRows]:
+    """{"train": `split`, "validation": the "validation" split when there is one} of `path`, as `kind` examples."""
+    splits = load_hf(path, cache_dir=cache_dir)
+    if split not in splits:
+        raise ValueError(f"data.hf_split={split!r}: {path} has the splits {sorted(splits)}")
+    out = {"train": examples_of(splits[split], kind=kind, name=f"{path} [{split}]")}
+    if split != "validation" and "validation" in splits:
+        out["validation"] = examples_of(splits["validation"], kind=kind, name=f"{path} [validation]")
+    return out
+
+
+def load_rows(path, *, split: str, prompts: bool, cache_dir=None) -> list[dict[str, Any]]:
+    """The rows of `split` (GRPO's source), every column kept for the rewards; with `prompts` each row must carry a
+    `prompt` (task "chat"), else the task builds the prompt from the row's fields (`trainers.data.as_example`)."""
+    splits = load_hf(path, cache_dir=cache_dir)
+    if split not in splits:
+        raise ValueError(f"data.hf_split={split!r}: {path} has the splits {sorted(splits)}")
+    if prompts:
+        return list(examples_of(splits[split], kind="prompt", name=f"{path} [{split}]").rows)
+    return [_drop_nones(row) for row in splits[split].to_list()]
