@@ -12,7 +12,8 @@ whole model under LoRA except its adapters; nothing but buffers otherwise) and `
 reference model (None when the trainer has none). `reference_params` is the one rule for it: the adapter-free base
 under LoRA (zero adapters add exactly nothing), else a copy of the starting weights.
 
-LoRA has one path (`add_lora`): adapters from `config.lora` with `lora.seed`, laid out on the mesh like the base.
+LoRA has one path (`add_lora`): adapters from `config.lora` with `lora.seed`, laid out on the mesh like the base;
+`lora.quantize_base` (`quantize_base`) then stores the base's projection kernels in NF4 or int8 (QLoRA).
 """
 
 from __future__ import annotations
@@ -122,6 +123,25 @@ def add_lora(model, lora_cfg, *, mesh: Mesh):
     return laid_out(model, mesh), True
 
 
+QUANTIZE_BASE = ("none", "nf4", "int8")
+
+
+def quantize_base(model, lora_cfg, *, lora: bool, mesh: Mesh):
+    """`model` whose projection kernels are stored quantized when `lora.quantize_base` is "nf4" or "int8" (QLoRA:
+    the frozen base in `Frozen.base` is the quantized one; adapters, embeddings, norms stay float). Needs LoRA."""
+    kind = lora_cfg.get("quantize_base", "none") or "none"
+    if kind not in QUANTIZE_BASE:
+        raise ValueError(f"lora.quantize_base={kind!r}: expected one of {QUANTIZE_BASE}")
+    if kind == "none":
+        return model
+    if not lora:
+        raise ValueError(f"lora.quantize_base={kind!r} needs LoRA (lora.rank > 0): a quantized base cannot be trained")
+    from reasoner.models.quant import quantize_projections
+
+    quantize_projections(model, kind=kind)
+    return laid_out(model, mesh)
+
+
 def load_tokenizer_for(model_cfg):
     """The tokenizer of `model.tokenizer` (or the model itself); preset names resolve to their files first."""
     from reasoner.models.presets import resolve
@@ -194,6 +214,7 @@ def setup(config, *, total_steps: int, model=None, devices=None, mesh: Mesh | No
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer_for(config.model)
     model = model if model is not None else build_model(config.model, mesh=mesh)
     model, lora = add_lora(model, config.lora, mesh=mesh)
+    model = quantize_base(model, config.lora, lora=lora, mesh=mesh)
     graphdef, params, frozen, trainable_state, frozen_state = split_trainable(model, lora=lora)
     optimizer, schedule = make_optimizer(config.optim, total_steps=total_steps)
     params_sh = pure_shardings(trainable_state, mesh)

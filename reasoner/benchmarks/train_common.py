@@ -35,14 +35,14 @@ def load_ours(*, remat: bool):
     return load_model("smollm2-135m-instruct", mesh=mesh, remat=remat), mesh
 
 
-def build_our_step(model, mesh, *, loss_fn_factory, denominator, example_batch, total_steps: int):
-    """(jitted step, state, frozen) for `model` with the benchmark optimizer."""
+def build_our_step(model, mesh, *, loss_fn_factory, denominator, example_batch, total_steps: int, lora: bool = False):
+    """(jitted step, state, frozen) for `model` with the benchmark optimizer (`lora`: train only its adapters)."""
     from reasoner.data.pipeline import batch_sharding
     from trainers import run as common
     from trainers.optim import make_optimizer
     from trainers.step import jit_train_step, make_train_step
 
-    graphdef, params, frozen, trainable_state, frozen_state = common.split_trainable(model, lora=False)
+    graphdef, params, frozen, trainable_state, frozen_state = common.split_trainable(model, lora=lora)
     optimizer, schedule = make_optimizer(optim_config(), total_steps=total_steps)
     params_sh = common.pure_shardings(trainable_state, mesh)
     state_sh = common.state_sharding(params_sh, optimizer, params, mesh)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("load", "forward", "generate", "rollout", "astar", "verifier", "parsers", "sft", "dpo", "grpo")
+BENCHMARKS = ("load", "forward", "generate", "rollout", "astar", "verifier", "parsers", "sft", "dpo", "grpo", "qlora")
 
 
 def register(subparsers) -> None:

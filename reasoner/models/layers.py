@@ -89,6 +89,7 @@ class Proj(nnx.Module):
 
     kernel: in_shape + out_shape, e.g. q_proj [embed, heads, head_dim], o_proj [heads, head_dim, embed].
     `self.lora` is None or a `reasoner.models.lora.LoRA` adding a low-rank update (set by `apply_lora`).
+    `self.kernel` is an `nnx.Param`, or a `reasoner.models.quant.QuantizedKernel` after `quantize_projections`.
     """
 
     def __init__(self, in_shape, out_shape, *, in_axes, out_axes, bias: bool, rngs, param_dtype, dtype):
@@ -101,7 +102,10 @@ class Proj(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         n_in = len(self.in_shape)
-        y = flat_dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), n_in=n_in)
+        if isinstance(self.kernel, nnx.Variable):
+            y = flat_dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), n_in=n_in)
+        else:  # a `reasoner.models.quant.QuantizedKernel`: dequantizes inside its matmul
+            y = self.kernel(x.astype(self.dtype), n_in=n_in)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         if self.lora is not None:

@@ -77,6 +77,8 @@ def apply_lora(model, *, pattern: str, rank: int, alpha: float, dropout: float =
     matched = []
     for path, proj in list(_projections(model)):  # listed first: we add modules while walking
         if regex.search(path):
+            if not isinstance(proj.kernel, nnx.Variable):
+                raise ValueError(f"apply_lora: {path} is already quantized; add adapters before quantizing")
             proj.lora = LoRA(proj, rank=rank, alpha=alpha, dropout=dropout, rngs=rngs)
             matched.append(path)
     if not matched:
@@ -86,16 +88,19 @@ def apply_lora(model, *, pattern: str, rank: int, alpha: float, dropout: float =
 
 
 def merge_lora(model) -> None:
-    """Folds every adapter into its kernel (idempotent); outputs are unchanged."""
+    """Folds every adapter into its kernel (idempotent); outputs are unchanged. A quantized kernel
+    (`reasoner.models.quant`) is first dequantized into a float `nnx.Param`: the merged model is a float model."""
     for _, proj in _projections(model):
         if proj.lora is not None and not proj.lora.merged:
+            if not isinstance(proj.kernel, nnx.Variable):
+                proj.kernel = proj.kernel.dequantize_param()
             k = proj.kernel[...]
             proj.kernel.set_value((k.astype(jnp.float32) + proj.lora.delta_kernel()).astype(k.dtype))
             proj.lora.merged = True
 
 
 def unmerge_lora(model) -> None:
-    """Undoes `merge_lora` (up to float rounding)."""
+    """Undoes `merge_lora` (up to float rounding); a kernel that was quantized stays a float (dequantized) one."""
     for _, proj in _projections(model):
         if proj.lora is not None and proj.lora.merged:
             k = proj.kernel[...]
