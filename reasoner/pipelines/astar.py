@@ -13,6 +13,7 @@ Stages (each timed; progress bars throughout):
   5. grpo   `trainers.grpo.train` from the SFT model with the A*-informed reward of `grpo.rewards`, then eval.
 Outputs under the workdir: `report/astar.json` (every model's report, timings, data figures, before/after table),
 `report/astar.png` (accuracy vs efficiency with the Pareto front and the search algorithms' own efficiency),
+`report/grpo_reward.png` (the GRPO stage's reward per step),
 `report/astar_completions.jsonl`, and the trainers' own directories (`sft/`, `grpo/`).
 """
 
@@ -94,6 +95,18 @@ def sft_config(config, *, export_dir):
         c[key].update(config.sft[key].to_dict())
     c.export_dir = str(export_dir)
     return c
+
+
+def _plot_grpo_rewards(metrics_path: pathlib.Path, png_path: pathlib.Path, *, names: list[str]) -> None:
+    """`report/grpo_reward.png`: the GRPO stage's mean reward per step (with each reward function's, the group
+    best, the reward spread and the KL), from its metrics file; process 0 only."""
+    from reasoner.metrics.curves import plot_curves
+    from trainers.loop import is_primary
+
+    if is_primary() and metrics_path.exists():
+        png_path.parent.mkdir(parents=True, exist_ok=True)
+        plot_curves(metrics_path, png_path, keys=["reward", *[f"rewards/{n}" for n in names], "group_best",
+                                                  "reward_std", "frac_reward_zero_std", "kl"])
 
 
 def grpo_config(config):
@@ -229,7 +242,10 @@ def run(config, *, workdir, progress: bool = True) -> dict:
             examples=splits["train"]["records"], progress=progress))
         if res.preempted:
             return _preempted("grpo")
-        summary_models["grpo"] = {"last_metrics": res.last_metrics, "history": res.history}
+        summary_models["grpo"] = {"last_metrics": res.last_metrics, "history": res.history,
+                                  "reward_per_step": [h.get("reward") for h in res.history]}
+        _plot_grpo_rewards(workdir / "grpo" / "metrics.jsonl", workdir / "report" / "grpo_reward.png",
+                           names=[r.get("as", r["name"]) for r in cfg.rewards])
         model = res.model()
         results.append(timer.stage("eval_grpo", lambda: evaluate(model, tokenizer, test, settings,
                                                                  label=f"SFT+GRPO ({reward_name})",

@@ -102,6 +102,10 @@ def test_tiny_demo_end_to_end_through_the_cli(tmp_path):
     assert set(doc["timings_s"]) >= {"data", "eval_base", "sft", "eval_sft", "grpo", "eval_grpo", "total"}
     assert doc["table"] in proc.stdout and (tmp_path / "report" / "astar.png").stat().st_size > 0
     assert (tmp_path / "sft" / "export").is_dir() and (tmp_path / "grpo" / "metrics.jsonl").exists()
+    # the GRPO stage's reward per step: in the report (one step here) and plotted
+    grpo_records = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert doc["trainers"]["grpo"]["reward_per_step"] == [r["reward"] for r in grpo_records if r["kind"] == "train"]
+    assert (tmp_path / "report" / "grpo_reward.png").stat().st_size > 0
 
 def test_paper_configs_every_variant():
     from configs import astar_paper
