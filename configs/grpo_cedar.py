@@ -9,6 +9,11 @@ with CEDAR Table 8's verifiers in the registry (exact_match / integer_match / se
 ablation variants below add the judged terms (`judged_coverage`, `judged_directionality`) and route correctness by
 source (`cedar_correctness`). The paper's 4-bit NF4 quantisation is not done.
 
+Data: `data.path` (data/cedar) holds the App. A.1 mixture as `reasoner cedar data --data-dir ../shared/data --out
+data/cedar` writes it (train.jsonl / validation.jsonl, one row per example with its source, App. B prompt and gold
+fields; `--scale` multiplies the paper's per-source counts); use an ablation variant (cedar_correctness routes by
+source) rather than the default exact-match reward on it. `reasoner demo cedar` runs the whole recipe on CPU.
+
 Variants: None / "smollm2" (embedded SmolLM2-135M-Instruct, CPU-sized), "paper" (paper lengths, bf16 + remat; set
 model.name), "tiny" (random 2-layer model, tests and smoke runs); the reward ablations of Sec. 5.3 on the smollm2
 sizes: "cor" (Cor-GRPO), "cor_cov", "cor_dir", "cor_cov_dir" (CEDAR-GRPO, R = (r_cor + r_cov + r_dir) / 3), with
@@ -49,7 +54,7 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
     c.lora.update(rank=64, alpha=64.0)
     c.data = ml_collections.ConfigDict(dict(
         source="jsonl", path="data/cedar", name="", tfds_dir="", task="chat", dataset="", eval_split="validation",
-        limit=0))
+        limit=0, hf_path="", hf_split="train"))
     c.grpo = common.grpo(num_generations=4, prompts_per_step=4, temperature=0.7, beta=0.01)
     c.rewards = [{"name": "exact_match", "as": "correctness", "weight": 1.0, "timeout_s": 30.0,
                   "options": {"answer_key": "answer", "normalize": "lower_ws"}}]

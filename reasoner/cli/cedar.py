@@ -1,13 +1,29 @@
-"""`reasoner cedar check --source NAME --input FILE --completions FILE --json`: CEDAR-GRPO correctness (Table 8)
-of completions against records in the source's published format, one `{"id", "reward"}` JSON line per completion."""
+"""`reasoner cedar {check,data,eval}`: CEDAR-GRPO's verifiers, training mixture and evaluation.
+
+  check --source NAME --input FILE --completions FILE --json
+        Table 8 correctness of completions against records in the source's published format, one
+        `{"id", "reward"}` JSON line per completion.
+  data  --data-dir DIR --out DIR [--user-data-dir DIR] [--scale S] [--validation-scale S] [--seed N]
+        The App. A.1 mixture (`reasoner.data.cedar_mixture`): OUT/train.jsonl, OUT/validation.jsonl, OUT/mixture.json.
+  eval  --model CKPT|embedded [--input FILE | --data-dir DIR ...] [--judge-endpoint URL] --json
+        Correctness per source (Wilson 95%), judged coverage and directionality (bootstrap 95%) and the App. E
+        text proxies (`reasoner.pipelines.cedar_eval`) of greedy completions of a mixture file (--input, e.g.
+        OUT/validation.jsonl) or of the validation split built from --data-dir. CKPT: a preset name, an HF
+        directory (e.g. a run's export_dir) or a GGUF file; `embedded` = SmolLM2-135M-Instruct. The judge is a copy
+        of the same model in-process unless --judge-endpoint names an OpenAI-compatible server; --no-judge skips it.
+"""
 
 from __future__ import annotations
+
+import sys
+
+EMBEDDED = "smollm2-135m-instruct"
 
 
 def register(subparsers) -> None:
     from reasoner.tasks.cedar_verify import SOURCES
 
-    p = subparsers.add_parser("cedar", help="CEDAR-GRPO tools (per-source correctness check)")
+    p = subparsers.add_parser("cedar", help="CEDAR-GRPO tools (correctness check, training mixture, evaluation)")
     sub = p.add_subparsers(dest="cedar_command", required=True)
     check = sub.add_parser("check", help="score completions against a source's records")
     check.add_argument("--source", required=True, choices=SOURCES)
@@ -17,11 +33,131 @@ def register(subparsers) -> None:
     check.add_argument("--json", action="store_true", help="print one JSON line per completion (the only output)")
     check.set_defaults(func=run_check)
 
+    def mixture_args(parser, *, scale: float, validation_scale: float | None) -> None:
+        parser.add_argument("--data-dir", default=None, help="the staged sources (default ../shared/data)")
+        parser.add_argument("--user-data-dir", default=None,
+                            help="Balanced COPA / CLIMATE-FEVER / CauseLogics as downloaded (see cedar_mixture)")
+        parser.add_argument("--scale", type=float, default=scale, help="x the paper's training counts")
+        parser.add_argument("--validation-scale", type=float, default=validation_scale,
+                            help="x the paper's validation counts (default: --scale)")
+        parser.add_argument("--seed", type=int, default=42)
+        parser.add_argument("--sources", default=",".join(SOURCES), help="comma-separated source names")
+        parser.add_argument("--max-prompt-chars", type=int, default=0, help="keep only prompts this short (0: all)")
+
+    data = sub.add_parser("data", help="build the App. A.1 training mixture as JSONL")
+    mixture_args(data, scale=1.0, validation_scale=None)
+    data.add_argument("--out", required=True, help="output directory (train.jsonl, validation.jsonl, mixture.json)")
+    data.add_argument("--json", action="store_true", help="print the counts and notes as one JSON object")
+    data.set_defaults(func=run_data)
+
+    ev = sub.add_parser("eval", help="correctness / coverage / directionality per source of a model")
+    ev.add_argument("--model", required=True, help="preset name, HF directory, GGUF file, or 'embedded'")
+    ev.add_argument("--input", default=None, help="mixture rows (e.g. OUT/validation.jsonl of `cedar data`)")
+    mixture_args(ev, scale=0.0, validation_scale=1.0)
+    ev.add_argument("--judge-endpoint", default=None, metavar="URL", help="OpenAI-compatible judge server")
+    ev.add_argument("--judge-model", default="judge", help="the endpoint's model name")
+    ev.add_argument("--no-judge", action="store_true", help="correctness only")
+    ev.add_argument("--max-new-tokens", type=int, default=256)
+    ev.add_argument("--judge-max-new-tokens", type=int, default=512)
+    ev.add_argument("--batch-size", type=int, default=8)
+    ev.add_argument("--completions-out", default=None, help="write every completion with its scores (JSONL)")
+    ev.add_argument("--json", action="store_true", help="print the report as one JSON object (else the table)")
+    ev.set_defaults(func=run_eval)
+
+
+def _spec(args):
+    from reasoner.data.cedar_mixture import MixtureSpec
+
+    return MixtureSpec(scale=args.scale, validation_scale=args.validation_scale, seed=args.seed,
+                       sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
+                       max_prompt_chars=args.max_prompt_chars)
+
+
+def _data_dir(args):
+    from reasoner.pipelines.cedar import default_data_dir
+
+    return args.data_dir or default_data_dir()
+
+
+def run_data(args) -> int:
+    import json
+
+    from reasoner.data.cedar_mixture import build_mixture, write_mixture
+
+    try:
+        spec = _spec(args)
+        mixture = build_mixture(spec, data_dir=_data_dir(args), user_dir=args.user_data_dir)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"reasoner cedar data: {err}", file=sys.stderr)
+        return 2
+    paths = write_mixture(mixture, out_dir=args.out, spec=spec)
+    if args.json:
+        print(json.dumps({"counts": mixture.counts, "notes": mixture.notes, "paths": paths}))
+    else:
+        for note in mixture.notes:
+            print(f"note: {note}")
+        for source, c in mixture.counts.items():
+            print(f"{source}: train {c['train']}, validation {c['validation']}")
+        print(f"wrote {paths['train']}, {paths['validation']}, {paths['summary']}")
+    return 0
+
+
+def _held_out(args) -> list[dict]:
+    from reasoner.data.cedar_mixture import build_mixture
+    from reasoner.data.jsonl import read_jsonl
+
+    if args.input:
+        return read_jsonl(args.input, what="one CEDAR mixture row (source, prompt, answer | tests) per line")
+    mixture = build_mixture(_spec(args), data_dir=_data_dir(args), user_dir=args.user_data_dir)
+    for note in mixture.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return mixture.validation
+
+
+def run_eval(args) -> int:
+    import json
+
+    from reasoner.data.jsonl import write_jsonl
+    from reasoner.judges import EndpointJudge, SamplerJudge
+    from reasoner.models import load_model
+    from reasoner.models.presets import resolve
+    from reasoner.pipelines.cedar_eval import CedarEvalSettings, evaluate_cedar, format_table
+    from reasoner.tokenization import load_tokenizer
+
+    try:
+        settings = CedarEvalSettings(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        if args.judge_max_new_tokens < 1:
+            raise ValueError(f"--judge-max-new-tokens={args.judge_max_new_tokens}: expected >= 1")
+        rows = _held_out(args)
+        if not rows:
+            raise ValueError("no rows to evaluate: give --input or a --validation-scale that selects some")
+        name = EMBEDDED if args.model == "embedded" else args.model
+        path = resolve(name)
+        model, tokenizer = load_model(path), load_tokenizer(path)
+    except (ValueError, FileNotFoundError, OSError) as err:
+        print(f"reasoner cedar eval: {err}", file=sys.stderr)
+        return 2
+    judge = None
+    if args.judge_endpoint:
+        judge = EndpointJudge(args.judge_endpoint, args.judge_model, max_tokens=args.judge_max_new_tokens)
+    elif not args.no_judge:
+        judge = SamplerJudge(load_model(path), tokenizer, judge_id=str(path),
+                             max_new_tokens=args.judge_max_new_tokens, batch_size=args.batch_size)
+    log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
+    try:
+        result = evaluate_cedar(model, tokenizer, rows, judge=judge, settings=settings, label=args.model, log=log)
+    except ValueError as err:
+        print(f"reasoner cedar eval: {err}", file=sys.stderr)
+        return 2
+    if args.completions_out:
+        write_jsonl(args.completions_out, result.rows)
+    print(json.dumps(result.report) if args.json else format_table([result]), flush=True)
+    return 0
+
 
 def run_check(args) -> int:
     import json
     import pathlib
-    import sys
 
     from reasoner.data.jsonl import iter_jsonl
     from reasoner.tasks.cedar_verify import load_records, score

@@ -9,6 +9,9 @@ direct / CoT / CoT-SC table, block patterns, DIR/report/report.json and DIR/repo
 `reasoner demo smt` runs Sequent-Prover (`reasoner.pipelines.smt`, default configs/smt_demo.py:cpu): teacher
 trajectories, curation, SFT, student rollouts, DPO and the K = 4 evaluation table, DIR/report/smt.json and smt.png;
 `--teacher-endpoint URL` takes the teacher from an OpenAI-compatible server, `--data-dir` the staged data.
+`reasoner demo cedar` runs CEDAR-GRPO (`reasoner.pipelines.cedar`, default configs/cedar_demo.py:cpu): the scaled
+App. A.1 mixture, base eval, GRPO with the judged composite reward, eval again; DIR/report/report.json,
+cedar_table.md and cedar_rewards.png; `--judge-endpoint URL` judges through an OpenAI-compatible server.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import sys
 
 
 # method -> (default config under configs/, pipeline module); every pipeline has run(config, workdir=, progress=)
-METHODS = {"astar": "astar_demo.py:cpu", "rlot": "rlot.py:cpu", "smt": "smt_demo.py:cpu"}
+METHODS = {"astar": "astar_demo.py:cpu", "rlot": "rlot.py:cpu", "smt": "smt_demo.py:cpu",
+           "cedar": "cedar_demo.py:cpu"}
 
 
 def default_config(method: str = "astar") -> str:
@@ -35,11 +39,15 @@ def register(subparsers) -> None:
         description="Data -> base eval -> SFT -> eval -> GRPO -> eval; --config.KEY=VALUE overrides any entry.")
     parser.add_argument("method", nargs="?", default="astar", choices=sorted(METHODS),
                         help="astar (default): A* post-training; rlot: RL-of-Thoughts navigator vs baselines; "
-                             "smt: Sequent-Prover teacher -> SFT -> DPO")
+                             "smt: Sequent-Prover teacher -> SFT -> DPO; cedar: CEDAR-GRPO (mixture -> eval -> GRPO "
+                             "-> eval)")
     parser.add_argument("--teacher-endpoint", default=None, metavar="URL",
                         help="smt: an OpenAI-compatible teacher (e.g. a `reasoner serve` URL ending in /v1) instead "
                              "of the symbolic teacher")
-    parser.add_argument("--data-dir", default=None, help="smt: the staged data (default ../shared/data)")
+    parser.add_argument("--data-dir", default=None, help="smt, cedar: the staged data (default ../shared/data)")
+    parser.add_argument("--judge-endpoint", default=None, metavar="URL",
+                        help="cedar: an OpenAI-compatible judge (e.g. a `reasoner serve` URL ending in /v1) instead "
+                             "of the embedded model in-process")
     parser.add_argument("--workdir", required=True, help="output directory (data, checkpoints, report)")
     parser.add_argument("--config", default=None, metavar="FILE[:VARIANT]",
                         help="default: configs/astar_demo.py:cpu")
@@ -89,6 +97,19 @@ def run(args: argparse.Namespace) -> int:
             print(f"reasoner demo smt: {err}", file=sys.stderr)
             return 2
         return 0 if summary.get("preempted") or summary["reports"] else 1
+    if getattr(args, "method", "astar") == "cedar":
+        from reasoner.pipelines.cedar import run as run_cedar
+
+        if args.judge_endpoint:
+            config.judge.endpoint = args.judge_endpoint
+        if args.data_dir:
+            config.data.data_dir = args.data_dir
+        try:
+            report = run_cedar(config, workdir=args.workdir, progress=not args.no_progress)
+        except (FileNotFoundError, ValueError) as err:
+            print(f"reasoner demo cedar: {err}", file=sys.stderr)
+            return 2
+        return 0 if report.get("preempted") or report.get("models") else 1
     if getattr(args, "method", "astar") == "rlot":
         from reasoner.pipelines.rlot import run as run_rlot
 

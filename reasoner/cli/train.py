@@ -14,7 +14,8 @@ import importlib
 import sys
 
 TRAINERS = {"sft": "trainers.sft", "dpo": "trainers.dpo", "grpo": "trainers.grpo", "dqn": "trainers.dqn"}
-PIPELINES = {"astar": "reasoner.pipelines.astar", "smt": "reasoner.pipelines.smt"}
+PIPELINES = {"astar": "reasoner.pipelines.astar", "smt": "reasoner.pipelines.smt",
+             "cedar": "reasoner.pipelines.cedar"}
 
 
 def register(subparsers) -> None:
