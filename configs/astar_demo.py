@@ -45,6 +45,7 @@ def base_config() -> ml_collections.ConfigDict:
     common.update(c.grpo, {"grpo.num_generations": 4, "grpo.prompts_per_step": 2, "grpo.max_new_tokens": 176,
                            "grpo.temperature": 1.0, "optim.lr": 2e-6, "train.num_steps": 4, "train.eval_every": 0,
                            "train.checkpoint_every": 1000})
+    c.log = common.log()  # metric writers (log.writers) of every trainer the demo runs
     c.eval = ml_collections.ConfigDict(dict(
         num_samples=1, temperature=0.0, top_p=1.0, max_new_tokens=176, batch_size=32, seed=0, ks=(1,)))
     return c

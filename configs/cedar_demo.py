@@ -42,6 +42,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.weights = ml_collections.ConfigDict(dict(zip(("correctness", "coverage", "directionality"),
                                                    grpo_cedar.ABLATIONS["cor_cov_dir"])))
     c.grpo = ml_collections.ConfigDict(dict(grpo=g.grpo, optim=g.optim, train=g.train, lora=g.lora))
+    c.log = common.log()  # metric writers (log.writers) of every trainer the demo runs
     c.eval = ml_collections.ConfigDict(dict(max_new_tokens=256, batch_size=8))
     return c
 

@@ -35,6 +35,7 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
     c.student = ml_collections.ConfigDict(dict(samples=2, temperature=1.0, max_pairs_per_problem=1))
     c.rollout = ml_collections.ConfigDict(dict(max_new_tokens=640, t_max=2, max_len=3072, problems_per_batch=12,
                                                z3_timeout_s=10.0, z3_workers=2))
+    c.log = common.log()  # metric writers (log.writers) of every trainer the demo runs
     c.eval = ml_collections.ConfigDict(dict(k=4, temperature=0.7, top_p=1.0))
     sft = sft_smt.get_config(None)
     c.sft = ml_collections.ConfigDict(dict(enabled=True, data=sft.data, optim=sft.optim, train=sft.train,

@@ -94,6 +94,8 @@ def sft_config(config, *, export_dir):
     for key in ("data", "optim", "train", "lora"):
         c[key].update(config.sft[key].to_dict())
     c.export_dir = str(export_dir)
+    if "log" in config:  # the demo's metric writers reach every trainer it runs
+        c.log.update(config.log.to_dict())
     return c
 
 
@@ -122,6 +124,8 @@ def grpo_config(config):
     c.rewards = [dict(r) for r in config.grpo.rewards]
     c.data.dataset = config.data.dataset
     c.data.task = "astar"
+    if "log" in config:  # the demo's metric writers reach every trainer it runs
+        c.log.update(config.log.to_dict())
     return c
 
 

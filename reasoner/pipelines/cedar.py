@@ -100,6 +100,8 @@ def grpo_config(config):
                                          judge={"endpoint": config.judge.endpoint, "model": config.judge.model}
                                          if config.judge.endpoint else None)
     c.data.task = "chat"
+    if "log" in config:  # the demo's metric writers reach every trainer it runs
+        c.log.update(config.log.to_dict())
     return c
 
 

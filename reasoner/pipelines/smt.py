@@ -101,6 +101,8 @@ def _trainer_config(config, section: str, *, export_dir):
     for key in ("data", "optim", "train", "lora") + (("dpo",) if section == "dpo" else ()):
         c[key].update(config[section][key].to_dict())
     c.export_dir = str(export_dir)
+    if "log" in config:  # the demo's metric writers reach every trainer it runs
+        c.log.update(config.log.to_dict())
     return c
 
 
