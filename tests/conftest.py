@@ -123,6 +123,15 @@ FULL_TIER = {
         "tests/pipelines/test_smt_pipeline.py runs rollouts -> SFT -> DPO end to end",
     "tests/trainers/test_resume.py::test_resume_after_sigkill_is_exact_and_tiny_run_learns[dpo]":
         "the [sft] case kills and resumes the same run_loop",
+    "tests/trainers/test_resume.py::test_resume_after_sigkill_is_exact_and_tiny_run_learns[sft]":
+        "test_preemption resumes the same run_loop bit for bit, test_multiprocess[sft] resumes a two-process job "
+        "exactly and test_dqn resumes bit for bit; damaged and incompatible checkpoints stay in test_resume",
+    "tests/pipelines/test_paper_variants.py::test_paper_variant_starts_its_pipeline[llama1b_proofwriter_sft_true]":
+        "test_paper_configs_every_variant resolves every variant; the A* demo test runs the same pipeline's SFT "
+        "and GRPO stages from the CLI",
+    "tests/trainers/test_preference_losses.py::test_tiny_dpo_steps_orpo_and_simpo":
+        "test_orpo_matches_trl and test_simpo_matches_trl_cpo_simpo check the losses the step computes against "
+        "TRL's own chain; test_golden_one_step[dpo] runs the DPO trainer's step",
     "tests/pipelines/test_paper_variants.py::test_paper_variant_starts_its_pipeline[llama3b_deeprd_grpo_astar_dependency]":
         "the A* demo test runs SFT then GRPO through the same pipeline; every variant resolves in-process",
     "tests/agents/test_smt_eval_cli.py::test_smollm2_student_k2":

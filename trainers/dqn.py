@@ -416,7 +416,10 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
         record.pop("step")
         return state, {**record, "skipped": not np.isfinite(stats.loss)}
 
-    run = DQNRun(config=_loop_config(config, cfg), state=state, mesh=None)
+    loop_config = _loop_config(config, cfg)
+    if workdir is None:  # nothing can resume from a temporary directory: one checkpoint, at the end
+        loop_config.train.checkpoint_every = stop
+    run = DQNRun(config=loop_config, state=state, mesh=None)
     meta = {"trainer": TRAINER, "fingerprint": fingerprint(state)}
     with tempfile.TemporaryDirectory(prefix="dqn_") as scratch:
         workdir = pathlib.Path(scratch if workdir is None else workdir)
