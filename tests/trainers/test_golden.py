@@ -1,4 +1,4 @@
-"""Golden one-step tests of the SFT, DPO and GRPO updates against numbers stored in tests/assets/golden_*.json.
+"""Golden one-step tests of the SFT, DPO, GRPO and DQN updates against numbers stored in tests/assets/golden_*.json.
 
 Each run is the trainer's own update: its loss function and denominator in `trainers.step.make_train_step`, jitted
 with shardings and donation by `jit_train_step`, with the optimizer, clip and schedule of the config's `tiny`
@@ -45,12 +45,14 @@ import json
 import math
 import os
 import pathlib
+import types
 import unittest.mock
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from tests.tolerances import EPS32, decoder_depth, prob_factor
@@ -81,6 +83,9 @@ class GoldenRun:
     loss_magnitude: Callable[[Any, dict], jax.Array]  # jitted (params, batch) -> M of the loss bound (docstring)
     depth: int  # reduction length from embedding to log-prob (tests.tolerances.decoder_depth)
     n_tokens: int  # tokens in one global batch (the longest post-forward sum)
+    magnitude_of_state: bool = False  # loss_magnitude(state, batch) instead of (params, batch): the DQN's batch
+    # is drawn from the replay buffer in its state
+    leaves: tuple[str, ...] = LEAVES  # named leaves checksummed beside "all"
 
 
 def _config(name: str, *extra: str):
@@ -269,7 +274,94 @@ def grpo_run(mesh, perturb: str | None = None) -> GoldenRun:
                      optim=config.optim, loss_magnitude=magnitude, depth=_depth(T), n_tokens=B * T)
 
 
-RUNS = {"sft": sft_run, "dpo": dpo_run, "grpo": grpo_run}
+@dataclasses.dataclass
+class _DQNStep:
+    """What `measure` reads of a train state, for the DQN: its online params, Adam state and update count."""
+
+    params: Any
+    opt_state: Any
+    step: int
+    dqn: Any
+
+
+def dqn_run(mesh, perturb: str | None = None) -> GoldenRun:
+    """The navigator's replay update (`trainers.dqn._one_update`, the body of its jitted learning loop) twice on a
+    fixed, full buffer of 32 random transitions, batches of 16 drawn by the state's own rng; configs/rlot.py:tiny.
+
+    Loss magnitude (the `M` of the module docstring) of the squared TD error mean_i (q_i - y_i)^2: each Q-value is
+    within k(depth) EPS32 of the sum of the magnitudes of its terms, S = the network run on |weights| and |inputs|
+    (ReLU is the identity on those; V + A + mean A, the dueling combination's terms), so the loss moves by
+    mean_i 2 |q_i - y_i| (S(s_i) + gamma S_target(s'_i)); plus the loss itself for the mean of the squares."""
+    from flax import nnx
+
+    from configs.rlot import get_config
+    from trainers import dqn
+
+    cfg = get_config("tiny").dqn
+    cfg.update(dict(buffer_size=32, batch_size=16, seed=0))
+    if perturb == "lr+1%":
+        cfg.lr = float(cfg.lr) * 1.01
+    elif perturb is not None:
+        raise ValueError(f"perturb={perturb!r}")
+    graphdef, state = dqn.init_state(cfg, obs_dim=7, num_actions=5)
+    hp = dqn.Hyper.from_config(cfg)
+    rng = np.random.default_rng(0)
+    C = 32
+    state = state.replace(
+        buf_obs_Cx7=jnp.asarray(rng.integers(0, 4, (C, 7)), jnp.float32),
+        buf_action_C=jnp.asarray(rng.integers(0, 5, C), jnp.int32),
+        buf_reward_C=jnp.asarray(rng.normal(size=C), jnp.float32),
+        buf_done_C=jnp.asarray(rng.random(C) < 0.3, jnp.float32),
+        buf_next_Cx7=jnp.asarray(rng.integers(0, 4, (C, 7)), jnp.float32), buf_size=jnp.asarray(C, jnp.int32))
+    one_update = jax.jit(dqn._one_update, static_argnums=(0, 1))
+
+    @jax.jit
+    def grad_norm(s):  # the same draw as `_one_update`'s (same rng split), its gradient's norm
+        _, key = dqn._split(s.rng)
+        idx = jax.random.choice(jax.random.wrap_key_data(key), C, (hp.batch_size,), replace=False)
+        grads = jax.grad(dqn._td_loss)(s.online, s.target, graphdef, hp.gamma, s.buf_obs_Cx7[idx],
+                                       s.buf_action_C[idx], s.buf_reward_C[idx], s.buf_done_C[idx],
+                                       s.buf_next_Cx7[idx])
+        return optax.global_norm(grads)
+
+    def step(s: _DQNStep, frozen, batch):
+        norm = grad_norm(s.dqn)
+        new, loss = one_update(graphdef, hp, s.dqn)
+        return _DQNStep(params=new.online, opt_state=new.opt_state, step=s.step + 1, dqn=new), \
+            {"loss": loss, "grad_norm": norm}
+
+    def q_and_scale(params, obs):
+        net = nnx.merge(graphdef, params)
+        q = net(obs)
+        x = jnp.abs((obs - 1.5) / 1.5)
+        v, a = nnx.merge(graphdef, jax.tree.map(jnp.abs, params)).streams(1.5 + 1.5 * x)
+        return q, v + a + jnp.mean(a, axis=-1, keepdims=True)
+
+    @jax.jit
+    def loss_magnitude(params, s):  # `batch` is the DQN state (the buffer and the rng live there)
+        _, key = dqn._split(s.rng)
+        idx = jax.random.choice(jax.random.wrap_key_data(key), C, (hp.batch_size,), replace=False)
+        obs, action = s.buf_obs_Cx7[idx], s.buf_action_C[idx]
+        q, scale = q_and_scale(params, obs)
+        q_next_online, _ = q_and_scale(params, s.buf_next_Cx7[idx])
+        q_next, scale_next = q_and_scale(s.target, s.buf_next_Cx7[idx])
+        a_next = jnp.argmax(q_next_online, axis=-1)
+        pick = lambda m, a: jnp.take_along_axis(m, a[:, None], axis=1)[:, 0]  # noqa: E731
+        y = s.buf_reward_C[idx] + hp.gamma * (1.0 - s.buf_done_C[idx]) * pick(q_next, a_next)
+        delta = pick(q, action) - y
+        return jnp.mean(2 * jnp.abs(delta) * (pick(scale, action) + hp.gamma * pick(scale_next, a_next))) \
+            + jnp.mean(delta ** 2)
+
+    start = _DQNStep(params=state.online, opt_state=state.opt_state, step=0, dqn=state)
+    run = GoldenRun(step=step, state=start, frozen=None, batches=[None, None], schedule=lambda _: hp.lr,
+                    optim=types.SimpleNamespace(b1=hp.adam_b1, max_grad_norm=0.0),
+                    loss_magnitude=lambda s, batch: loss_magnitude(s.params, s.dqn),
+                    depth=7 + 2 * 32 + 5, n_tokens=hp.batch_size, magnitude_of_state=True,
+                    leaves=("trunk/kernel/.value", "adv_out/kernel/.value"))
+    return run
+
+
+RUNS = {"sft": sft_run, "dpo": dpo_run, "grpo": grpo_run, "dqn": dqn_run}
 
 
 # ============================================================================================== measuring
@@ -296,7 +388,7 @@ def measure(run: GoldenRun) -> tuple[dict, dict]:
     dg, lrs, mu = {}, [], {k: np.zeros_like(v) for k, v in p0.items()}
     state = run.state
     for batch in run.batches:
-        magnitude = float(run.loss_magnitude(state.params, batch))
+        magnitude = float(run.loss_magnitude(state if run.magnitude_of_state else state.params, batch))
         lrs.append(float(run.schedule(int(state.step))))
         state, m = run.step(state, run.frozen, batch)
         norm = float(m["grad_norm"])
@@ -317,7 +409,7 @@ def measure(run: GoldenRun) -> tuple[dict, dict]:
     p1 = _flat(state.params)
     lr_sum = sum(lrs)
     values["params"], tols["params"] = {}, {}
-    for name in ("all", *LEAVES):
+    for name in ("all", *run.leaves):
         keys = list(p0) if name == "all" else [name]
         cat = lambda d: np.concatenate([np.asarray(d[k]).ravel() for k in keys])  # noqa: E731
         p, q, g = cat(p0), cat(p1), cat(grads)
@@ -377,7 +469,8 @@ def test_golden_one_step(trainer, mesh):
 
 
 # One perturbation per trainer keeps the suite short (each is a fresh compile); all nine were checked by hand.
-@pytest.mark.parametrize("trainer,perturb", [("sft", "lr+1%"), ("dpo", "clip=0.5"), ("grpo", "denominator+1%")])
+@pytest.mark.parametrize("trainer,perturb", [("sft", "lr+1%"), ("dpo", "clip=0.5"), ("grpo", "denominator+1%"),
+                                             ("dqn", "lr+1%")])
 def test_golden_detects_perturbation(trainer, perturb, mesh):
     """The tolerances are tight enough to see a 1 % change of the lr or of the normalisation, or a clip that fires."""
     if REGEN:
