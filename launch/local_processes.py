@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 
 def _free_port() -> int:
@@ -35,7 +36,7 @@ def run(command: list[str], *, processes: int, devices_per_process: int, timeout
     if processes < 1 or devices_per_process < 1:
         raise ValueError(f"processes={processes}, devices_per_process={devices_per_process}: both must be >= 1")
     port = _free_port()
-    children = []
+    children, pumps = [], []
     for pid in range(processes):
         env = dict(os.environ)
         env.update(
@@ -48,22 +49,46 @@ def run(command: list[str], *, processes: int, devices_per_process: int, timeout
             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}",
         )
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=_pump, args=(pid, child.stdout, sys.stdout), daemon=True).start()
+        pump = threading.Thread(target=_pump, args=(pid, child.stdout, sys.stdout), daemon=True)
+        pump.start()
         children.append(child)
+        pumps.append(pump)
+    code = _wait_all(children, timeout_s=timeout_s)
+    for pump in pumps:  # the children have exited: let their last lines out before the job's code is returned
+        pump.join(timeout=10)
+    return code
+
+
+def _wait_all(children: list[subprocess.Popen], *, timeout_s: float | None) -> int:
+    """Waits for every child; the first to fail (whichever process it is) stops the others at once.
+
+    Waiting on the children in order would not do: a failed process 1 would sit in JAX's shutdown barrier while
+    process 0 waits for it inside a collective, and the job would end only when that barrier times out (300 s),
+    with the real error buried under the coordination service's messages.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     code = 0
     try:
-        for child in children:
-            rc = child.wait(timeout=timeout_s)
-            if rc != 0 and code == 0:
-                code = rc
-                for other in children:
-                    if other.poll() is None:
-                        other.terminate()
-    except subprocess.TimeoutExpired:
-        code = 124
+        while None in [child.poll() for child in children]:  # a list, not any(): every child is polled
+            failed = [(i, c.returncode) for i, c in enumerate(children) if c.returncode not in (None, 0)]
+            if failed:
+                pid, code = failed[0]
+                print(f"[launch] process {pid} exited with {code}; stopping the others", file=sys.stderr, flush=True)
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                print(f"[launch] timed out after {timeout_s:g} s; stopping every process", file=sys.stderr, flush=True)
+                return 124
+            time.sleep(0.2)
+        else:
+            code = next((c.returncode for c in children if c.returncode != 0), 0)
     finally:
         for child in children:
             if child.poll() is None:
+                child.terminate()
+        for child in children:
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
     return code

@@ -180,6 +180,22 @@ def barrier(name: str, *, timeout_s: float = 3600.0) -> None:
     jax_distributed.global_state.client.wait_at_barrier(f"reasoner:{name}", int(timeout_s * 1000))
 
 
+def exit_barrier_timeout_s(env=None) -> float:
+    """How long a finished process waits for the job's others at the end of a command (`REASONER_EXIT_TIMEOUT_S`,
+    default one hour: a large export by process 0 alone can take many minutes)."""
+    env = os.environ if env is None else env
+    value = env.get("REASONER_EXIT_TIMEOUT_S", "")
+    if not value:
+        return 3600.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if seconds <= 0:
+        raise ValueError(f"REASONER_EXIT_TIMEOUT_S={value!r}: expected a number of seconds > 0")
+    return seconds
+
+
 def primary_first(name: str, fn, *, timeout_s: float = 3600.0):
     """Runs `fn()` on process 0, then (after a barrier) on every other process; returns its result.
 

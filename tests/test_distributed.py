@@ -127,6 +127,26 @@ def test_every_reasoner_command_joins_the_cluster():
     assert [line.split(" joined")[0] for line in joined] == ["[0] [process 0/2]", "[1] [process 1/2]"]
 
 
+def test_one_failing_process_stops_the_job_with_its_error():
+    """Process 1 fails (a config that does not exist) while process 0 succeeds and waits for it at the command's
+    last barrier: the failing process leaves at once (not after JAX's 300 s shutdown barrier), the launcher stops
+    process 0 and returns process 1's exit code well before its own timeout (124), with the error line shown."""
+    reasoner = ROOT / ".venv" / "bin" / "reasoner"
+    script = (f'if [ "$REASONER_PROCESS_ID" = 1 ]; then exec {reasoner} train --config /nonexistent.py --workdir '
+              f'/nonexistent; else exec {reasoner} info --json; fi')
+    proc = _launch(["bash", "-c", script], timeout=200)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[1] reasoner train: /nonexistent.py" in proc.stdout or "[1] reasoner train:" in proc.stdout, proc.stdout
+    assert "[launch] process 1 exited with 2" in proc.stderr
+
+
+def test_exit_barrier_timeout_is_read_and_checked():
+    assert distributed.exit_barrier_timeout_s({}) == 3600.0
+    assert distributed.exit_barrier_timeout_s({"REASONER_EXIT_TIMEOUT_S": "90"}) == 90.0
+    with pytest.raises(ValueError, match="REASONER_EXIT_TIMEOUT_S='-1'"):
+        distributed.exit_barrier_timeout_s({"REASONER_EXIT_TIMEOUT_S": "-1"})
+
+
 def test_is_primary_before_joining_reads_the_launch_environment(monkeypatch):
     monkeypatch.setattr(distributed, "_initialized", False)
     monkeypatch.setenv("REASONER_COORDINATOR", "127.0.0.1:1")

@@ -68,8 +68,20 @@ def _two_processes(args) -> subprocess.CompletedProcess:
         [sys.executable, str(ROOT / "launch" / "local_processes.py"), "--processes", "2", "--devices-per-process",
          "4", "--timeout", str(TIMEOUT_S - 60), "--", sys.executable, *args],
         env=_env(4), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, _job_log(proc.stdout + proc.stderr)
     return proc
+
+
+# what JAX's coordination service, gloo and absl print around a failure: hundreds of lines that hide the error
+_NOISE = ("[Gloo]", "coordination", "Barrier", "barrier", "CoordinationServiceError", "RPC:", "    @ ", "client.h",
+          "*** Check failure", "This suggests", "# of tasks", "The first task", "Some timed out")
+
+
+def _job_log(text: str, keep: int = 120) -> str:
+    """The last `keep` lines of a job's output that are not the coordination service's noise: where a process's
+    own error (or its last progress line) shows."""
+    lines = [line for line in text.splitlines() if not any(n in line for n in _NOISE)]
+    return "\n".join(lines[-keep:])
 
 
 def _train_records(workdir: pathlib.Path) -> list[dict]:

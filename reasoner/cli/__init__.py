@@ -9,6 +9,9 @@ A handler is stored as `func` on the parsed arguments and returns an exit code.
 runs, so every command run under `launch/` is one job across its processes. An error escaping a
 handler is printed as one line naming the command (`reasoner train: error: ...`) and exits 1;
 `--traceback` (anywhere on the line) or `REASONER_TRACEBACK=1` shows the full traceback instead.
+In a multi-process job the processes leave together: a finished one waits for the others at one last barrier
+(`REASONER_EXIT_TIMEOUT_S`, default an hour: process 0 alone writes exports and reports), and a failing one exits
+at once with its error, so its launcher stops the job instead of every process waiting out JAX's shutdown barrier.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     parser.add_argument(TRACEBACK_FLAG, action="store_true", help="show the full traceback of an error")
     args = parser.parse_args(argv)
+    spec = None
     try:
         from reasoner.compile_cache import enable
         from reasoner.distributed import maybe_initialize
@@ -94,15 +98,42 @@ def main(argv: list[str] | None = None) -> int:
         code = args.func(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return _leave(spec, 130)
     except Exception as err:  # noqa: BLE001 - the command line reports, the traceback is opt-in
-        if show_traceback:
+        if show_traceback and not (spec is not None and spec.is_multi_process):
             raise
+        if show_traceback:
+            import traceback
+
+            traceback.print_exc()
         print(f"reasoner {args.command}: error: {one_line_error(err)} (rerun with {TRACEBACK_FLAG} for the "
               f"traceback)", file=sys.stderr)
-        return 1
-    return int(code or 0)
+        return _leave(spec, 1)
+    return _finish(spec, int(code or 0))
 
+
+def _finish(spec, code: int) -> int:
+    """A multi-process job's processes leave together: each waits at one last barrier (generous: process 0 may
+    still be writing an export, a report or plots the others skip) before JAX's own shutdown barrier, whose
+    timeout is short (300 s) and fixed. A failing process does not wait (`_leave`)."""
+    if code != 0 or spec is None or not spec.is_multi_process:
+        return _leave(spec, code)
+    from reasoner.distributed import barrier, exit_barrier_timeout_s
+
+    barrier("command-end", timeout_s=exit_barrier_timeout_s())
+    return code
+
+
+def _leave(spec, code: int) -> int:
+    """Returns `code`; a process of a multi-process job that fails exits at once instead: waiting in JAX's
+    shutdown barrier for peers that are themselves blocked in a collective with it would hold the whole job for
+    that barrier's timeout and bury the error under the coordination service's messages. Its launcher (or the
+    coordination service's heartbeat) then stops the others."""
+    if code == 0 or spec is None or not spec.is_multi_process:
+        return code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 if __name__ == "__main__":
     sys.exit(main())
