@@ -41,9 +41,10 @@ def lora(**changes) -> ml_collections.ConfigDict:
 
 
 def optim(**changes) -> ml_collections.ConfigDict:
-    """`config.optim` (`trainers.optim`)."""
+    """`config.optim` (`trainers.optim`): warm-up over `warmup_steps` optimizer steps when > 0, else over
+    ceil(warmup_ratio x total steps)."""
     return _section(dict(name="adam", lr=1e-5, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, max_grad_norm=1.0,
-                         schedule="cosine", warmup_ratio=0.0, min_lr_ratio=0.0), changes, "optim")
+                         schedule="cosine", warmup_ratio=0.0, warmup_steps=0, min_lr_ratio=0.0), changes, "optim")
 
 
 def grpo(**changes) -> ml_collections.ConfigDict:

@@ -2,9 +2,13 @@
 
 `config.optim` fields: name ('adamw' | 'adam' | 'sgd'), lr, b1, b2, eps, weight_decay,
 max_grad_norm (0 disables clipping), schedule ('cosine' | 'constant' | 'linear'),
-warmup_ratio (fraction of total steps, TRL's `warmup_ratio`), min_lr_ratio (cosine floor).
-The cosine schedule is TRL/transformers' `get_cosine_schedule_with_warmup`: linear warm-up from 0
-over ceil(warmup_ratio * total) steps, then half a cosine to min_lr over the remaining steps.
+warmup_steps (an int count; > 0 wins over the ratio), warmup_ratio (fraction of total steps, TRL's
+`warmup_ratio`), min_lr_ratio (cosine floor). The cosine schedule is TRL/transformers'
+`get_cosine_schedule_with_warmup`: linear warm-up from 0 over W steps, then half a cosine to min_lr over the
+remaining total - W steps; W = warmup_steps when > 0, else ceil(warmup_ratio * total) (transformers'
+`TrainingArguments.get_warmup_steps`: its `warmup_steps` >= 1 is a count and wins, as here; its float < 1 form
+of a ratio is our separate `warmup_ratio`). A W beyond the run's length keeps the whole run in warm-up, as in
+transformers.
 """
 
 from __future__ import annotations
@@ -18,8 +22,16 @@ SCHEDULES = ("cosine", "constant", "linear")
 OPTIMIZERS = ("adamw", "adam", "sgd")
 
 
-def warmup_steps(*, warmup_ratio: float, total_steps: int) -> int:
-    """transformers' rule: ceil(ratio * total)."""
+def warmup_steps(*, warmup_ratio: float, total_steps: int, steps: int = 0) -> int:
+    """Warm-up length W: `steps` when > 0 (a count), else transformers' rule ceil(ratio * total).
+
+    Raises ValueError for a negative or fractional `steps` or a ratio outside [0, 1] (it names the setting)."""
+    if isinstance(steps, bool) or not isinstance(steps, (int, float)) or not float(steps).is_integer() or steps < 0:
+        raise ValueError(f"optim.warmup_steps={steps!r}; expected an int >= 0 (0 = use optim.warmup_ratio)")
+    if not 0.0 <= warmup_ratio <= 1.0:
+        raise ValueError(f"optim.warmup_ratio={warmup_ratio!r}; expected a fraction in [0, 1]")
+    if steps > 0:
+        return int(steps)
     return int(math.ceil(warmup_ratio * total_steps))
 
 
@@ -30,7 +42,8 @@ def make_schedule(optim, *, total_steps: int) -> optax.Schedule:
     if total_steps < 1:
         raise ValueError(f"total_steps={total_steps}; expected >= 1 (is the dataset empty?)")
     peak = float(optim.lr)
-    warm = warmup_steps(warmup_ratio=float(optim.warmup_ratio), total_steps=total_steps)
+    warm = warmup_steps(warmup_ratio=float(optim.get("warmup_ratio", 0.0)), total_steps=total_steps,
+                        steps=optim.get("warmup_steps", 0))
     floor = peak * float(optim.get("min_lr_ratio", 0.0))
     decay = max(total_steps - warm, 1)
 
