@@ -1,11 +1,13 @@
 """Property tests: arbitrary input makes the parsers report, never crash with anything but their documented error."""
 
 import json
+import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasoner.data.proofwriter_english import SentenceError, load_logic_llm, parse_sentence, parse_theory_text
+from reasoner.data.proofwriter_english import (SentenceError, load_logic_llm, parse_sentence, parse_theory_text,
+                                              split_sentences)
 from reasoner.data.proofwriter_raw import LoadReport, parse_representation, parse_theory
 from search.logic import Atom, Rule
 
@@ -31,35 +33,129 @@ def test_sentence_parser_returns_or_raises_sentence_error(text):
 @settings(max_examples=100, deadline=None)
 @given(st.lists(SENTENCES, max_size=6))
 def test_theory_parser_reports_each_failure(sentences):
+    """Every sentence is accounted for: a failure naming the theory, a rule (named rule1, rule2, ... in order) or a
+    fact (duplicates kept once); nothing is dropped silently and nothing is invented."""
     text = " ".join(s.strip().rstrip(".") + "." for s in sentences)
     program, failures = parse_theory_text(text, theory_id="T")
-    assert all(tid == "T" for tid, _ in failures)
+    parsed = []
+    for sentence in split_sentences(text):
+        try:
+            parsed.append(parse_sentence(sentence))
+        except SentenceError:
+            parsed.append(None)
+    assert len(failures) == parsed.count(None) and all(tid == "T" for tid, _ in failures)
+    rules = [p for p in parsed if isinstance(p, Rule)]
+    assert [(r.premises, r.conclusion) for r in program.rules] == [(r.premises, r.conclusion) for r in rules]
+    assert [r.name for r in program.rules] == [f"rule{i + 1}" for i in range(len(rules))]
+    assert list(program.axioms) == list(dict.fromkeys(p for p in parsed if isinstance(p, Atom)))
 
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
                     lambda inner: (st.lists(inner, max_size=4)
                                    | st.dictionaries(st.text(max_size=10), inner, max_size=4)),
                     max_leaves=20)
+THEORY = st.lists(st.sampled_from(["Bob is red.", "The cat is big.", "If something is red then it is big.",
+                                   "All tumpuses are cats.", "Bob sees the cat."]) | SENTENCES, max_size=4
+                  ).map(" ".join)
+RECORD = st.one_of(JSON, st.fixed_dictionaries({
+    "context": THEORY,
+    "question": st.sampled_from(["Is it true that Bob is big?", "True or false: the cat is red?", "Bob?"]) | SENTENCES,
+    "answer": st.sampled_from(["A", "B", "C", "D", 1, None])}))
 
 
 @settings(max_examples=100, deadline=None)
 @given(JSON)
 def test_logic_llm_loader_never_raises(tmp_path_factory, value):
+    """Anything but a JSON list is one skip naming the file, no question."""
     path = tmp_path_factory.mktemp("ll") / "x.json"
     path.write_text(json.dumps(value))
     questions, skipped = load_logic_llm(path)
-    assert isinstance(questions, list) and isinstance(skipped, list)
+    if not isinstance(value, list):
+        assert questions == [] and [sid for sid, _ in skipped] == [str(path)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(RECORD, max_size=5))
+def test_logic_llm_loader_accounts_for_every_record(tmp_path_factory, records):
+    """Each record becomes exactly one of: a question, or one or more skips under its id (real-shaped records with
+    parsing and failing theories, statements and answers, and arbitrary JSON items)."""
+    records = [dict(r, id=f"r{i}") if isinstance(r, dict) else r for i, r in enumerate(records)]
+    path = tmp_path_factory.mktemp("ll") / "x.json"
+    path.write_text(json.dumps(records))
+    questions, skipped = load_logic_llm(path)
+    ids = [r["id"] if isinstance(r, dict) else f"x.json[{i}]" for i, r in enumerate(records)]
+    asked, skipped_ids = [q.id for q in questions], {sid for sid, _ in skipped}
+    assert len(asked) == len(set(asked)) and not set(asked) & skipped_ids
+    assert set(asked) | skipped_ids == set(ids)
+    for q in questions:
+        program, failures = parse_theory_text(q.context, theory_id=q.id)
+        assert failures == [] and q.program == program and q.answer in (True, False, None)
+
+
+def _write_representation(tree) -> str:
+    """A parsed representation written back: lists as "( ... )", "->" bare, every other atom quoted."""
+    if isinstance(tree, list):
+        return "(" + " ".join(_write_representation(t) for t in tree) + ")"
+    return "->" if tree == "->" else f'"{tree}"'
+
+
+def _nodes(tree) -> int:
+    return 1 + sum(_nodes(t) for t in tree) if isinstance(tree, list) else 1
+
+
+ATOM = st.text(alphabet="abc +~-", max_size=4) | st.just("->")
+TREES = st.recursive(ATOM, lambda inner: st.lists(inner, max_size=4), max_leaves=12)
+# random text rarely parses, so also well-formed text and well-formed text with one character dropped
+REPRESENTATION_TEXT = st.one_of(
+    st.text(alphabet='()"->abc +~ ', max_size=40), TREES.map(_write_representation),
+    st.tuples(TREES.map(_write_representation), st.integers(min_value=0)).map(lambda t: t[0][:t[1] % len(t[0])]
+                                                                                   + t[0][t[1] % len(t[0]) + 1:]))
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet='()"->abc +~ ', max_size=40))
+@given(REPRESENTATION_TEXT)
 def test_representation_parser_raises_only_value_error(text):
+    """Never anything but the documented ValueError; what parses is one balanced expression that writes back to
+    text parsing to the same tree, with at most one node per input character (bounded output)."""
     try:
         tree = parse_representation(text)
     except ValueError as err:
         assert "representation" in str(err)
-    else:  # one balanced expression: as many "(" as ")" outside quotes, and a list or an atom string back
-        assert isinstance(tree, (list, str)) and text.count("(") >= 1 or isinstance(tree, str)
+        return
+    unquoted = re.sub(r'"[^"]*"', "", text)
+    assert '"' not in unquoted  # every quote was closed
+    assert unquoted.count("(") == unquoted.count(")")  # balanced outside quotes
+    depth = 0
+    for ch in unquoted:  # and never closes more than it opened
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        assert depth >= 0
+    assert parse_representation(_write_representation(tree)) == tree
+    assert _nodes(tree) <= len(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(TREES)
+def test_representation_round_trip_from_trees(tree):
+    """Every tree of lists and atoms written as text parses back to itself (the other direction of the round trip)."""
+    assert parse_representation(_write_representation(tree)) == tree
+
+
+@settings(max_examples=100, deadline=None)
+@given(REPRESENTATION_TEXT, REPRESENTATION_TEXT)
+def test_two_expressions_or_a_stray_paren_are_rejected(first, second):
+    """What parses alone, written twice side by side, is two expressions: an error, never a silent pick of one."""
+    try:
+        tree = parse_representation(first)
+    except ValueError:
+        return
+    written = _write_representation(tree)
+    for bad in (written + " " + written, written + ")", "(" + written):
+        try:
+            parse_representation(bad)
+        except ValueError as err:
+            assert "representation" in str(err)
+        else:
+            raise AssertionError(f"{bad!r} parsed")
 
 
 @settings(max_examples=100, deadline=None)
@@ -96,8 +192,6 @@ def test_corrupted_real_shaped_theory_is_reported_not_raised(where, value):
 
 
 # --- parsers of model output (issue 16 item 5): never raise, linear time, properties ---------------------------
-import re  # noqa: E402
-
 from reasoner.agents.tool_calls import ToolCall, parse_tool_calls  # noqa: E402
 from reasoner.rewards.code_exec import extract_code  # noqa: E402
 from reasoner.rewards.match import MAX_INT_DIGITS, extract_span, integer_tokens, standalone_integers  # noqa: E402

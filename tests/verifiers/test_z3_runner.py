@@ -106,11 +106,23 @@ def test_hostile_malformed(runner):
 
 
 def test_hostile_ten_megabytes():
-    script = "(declare-const x Int)\n" + "(assert (> x 0))\n" * 600_000 + "(check-sat)\n"
-    assert len(script) > 10_000_000
-    with Z3Runner(timeout_s=10.0, workers=1) as big:
-        result = _assert_hostile(big, script, max_s=big.timeout_s + 1.5)
-    assert result.sat_result == "sat" or "timeout" in result.error
+    """Two 10 MB scripts, each built so that one outcome must happen whatever the CPU's speed.
+
+    Z3 parses 600,000 asserts in seconds (7.8 s on a 2-core Sapphire Rapids), so a script of them plus an easy
+    check-sat would be sat or a timeout depending on the machine. Instead: (1) 10 MB of comment, which Z3's lexer
+    skips in milliseconds, around an easy problem: sat, with the 10 MB still shipped to the worker and scanned by
+    the file-access guard; (2) 10 MB of asserts ending in Fermat's cubes, which Z3 cannot decide: a timeout, either
+    in the parser (the pool's hard deadline) or in the check-sat (Z3's own), and no verdict but `unknown` either way.
+    """
+    padded = ("(declare-const x Int)\n; " + "x" * 10_000_000 + "\n(assert (> x 41))(assert (< x 43))"
+              "(check-sat)(get-model)\n")
+    undecidable = "(declare-const w Int)\n" + "(assert (> w 0))\n" * 600_000 + FERMAT_CUBES + "\n"
+    assert len(padded) > 10_000_000 and len(undecidable) > 10_000_000
+    with Z3Runner(timeout_s=3.0, workers=1) as big:
+        sat = _assert_hostile(big, padded, max_s=big.timeout_s + 1.5)
+        assert sat.success and sat.verdicts == ("sat",) and "42" in sat.model, sat.error
+        slow = _assert_hostile(big, undecidable, max_s=big.timeout_s + 1.5)
+    assert not slow.success and slow.sat_result == "unknown" and slow.error.startswith("timeout"), slow.error
 
 
 def test_hostile_exit_with_garbage_after(runner):
