@@ -3,12 +3,37 @@
 `run_parity(model, *, mesh_spec=None)` renders `PARITY_CHATS` with the checkpoint's chat template,
 runs ours (jitted, one right-padded batch; f32) and transformers (one prompt at a time, f32, same
 checkpoint), and returns {"max_abs_logit_diff", "top1_agreement", "tokens", "reference", ...} over
-every real token position.
+every real token position, with `float32_bound`, the difference two float32 evaluations of the same decoder may
+show (`logit_bound`), which `reasoner parity` uses as its default tolerance.
 """
 
 from __future__ import annotations
 
+import math
 import time
+
+EPS32 = 2.0 ** -23  # float32 machine epsilon
+PROB_LAMBDA = 8.0  # Higham & Mary's confidence parameter: the bound fails with probability <= 2 n exp(-32)
+
+
+def logit_bound(cfg, *, seq_len: int, max_abs_logit: float) -> float:
+    """|ours - transformers| bound for float32 logits: lambda * sqrt(n) * EPS32 * max|logit|.
+
+    Both sides compute the same decoder in float32 with other kernels (summation orders). A sum of n terms in any
+    order is within lambda sqrt(n) u sum|terms| of exact with probability >= 1 - 2 n exp(-lambda^2 / 2) (Higham &
+    Mary, SIAM J. Sci. Comput. 41, 2019, Thm 3.1), so two orders differ by <= lambda sqrt(n) EPS32 (EPS32 = 2u).
+    n is the sum of the reduction lengths on the path from the embedding to a logit: per layer two RMSNorms (D
+    each), q/k/v (D), scores (Dh), softmax and values (T keys), output projection (H Dh), gate/up (D), down (I);
+    then the final norm and the head (D each) and the vocabulary (V). RMSNorm and the residual stream keep each
+    stage's values O(1), so the relative errors add along the chain, and the largest logit stands in for the
+    scale. Same derivation as tests/tolerances.py `logits_atol`; it depends on the model and the values, not on
+    the CPU, so a fixed constant (this command's old 2e-3) neither fails a large model spuriously nor hides a
+    real mismatch on a small one.
+    """
+    d, dh = cfg.hidden_size, cfg.head_dim
+    per_layer = 2 * d + d + dh + seq_len + cfg.num_heads * dh + d + cfg.intermediate_size
+    depth = cfg.num_layers * per_layer + 2 * d + cfg.vocab_size
+    return PROB_LAMBDA * math.sqrt(depth) * EPS32 * float(max_abs_logit)
 
 PARITY_CHATS: list[list[dict[str, str]]] = [
     [{"role": "user", "content": "All cats are mammals. Tom is a cat. Is Tom a mammal? Explain each deduction "
@@ -86,16 +111,21 @@ def run_parity(model_name: str, *, mesh_spec: str | None = None) -> dict:
     ours_s = time.perf_counter() - start
 
     reference = load_transformers_model(path)
-    max_diff, agree, count = 0.0, 0, 0
+    max_diff, max_logit, agree, count = 0.0, 0.0, 0, 0
     with torch.no_grad():
         for i, p in enumerate(prompts):
             ref = reference(torch.tensor([p])).logits[0].float().numpy()
             mine = ours[i, :len(p)]
             max_diff = max(max_diff, float(np.abs(mine - ref).max()))
+            max_logit = max(max_logit, float(np.abs(ref).max()))
             agree += int((mine.argmax(-1) == ref.argmax(-1)).sum())
             count += len(p)
+    longest = max(len(p) for p in prompts)
     return {
         "max_abs_logit_diff": max_diff,
+        "float32_bound": logit_bound(model.cfg, seq_len=longest, max_abs_logit=max_logit),
+        "max_abs_logit": max_logit,
+        "seq_len": longest,
         "top1_agreement": agree / count,
         "tokens": count,
         "reference": transformers_version(),
