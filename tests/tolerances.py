@@ -172,6 +172,20 @@ def formula_atol(magnitudes, *, ops: int, terms: int = 1):
     return (float(ops) + float(terms)) * EPS32 * np.asarray(magnitudes, np.float64)
 
 
+def network_atol(magnitudes, *, depth: float):
+    """|a - b| bound for two float32 evaluations of a small network (dense layers with ReLU or identity between
+    them, then elementwise combinations): depth * EPS32 * S, elementwise.
+
+    S is the same network run on |weights|, |biases| and |inputs| (ReLU is the identity on those): for every
+    output it bounds the sum of the magnitudes of all terms that reach it, through any path. An error entering at
+    layer l (a dot of n_l terms: n_l u times its terms' magnitudes, Higham's gamma_n) reaches the output scaled by
+    at most the later layers' |weights| (ReLU is 1-Lipschitz), that is by at most n_l u S; summed over the layers,
+    depth = sum of n_l (plus one per elementwise rounding). EPS32 = 2u covers two evaluation orders, as in
+    `f32_sum_bound`. First-order: the products of two rounding errors (O(u^2)) are left out.
+    """
+    return float(depth) * EPS32 * np.asarray(magnitudes, np.float64)
+
+
 def score_atol(value=1.0) -> float:
     """|device - host| bound for an A*-informed reward or efficiency (search/kernel_score.py vs search/rewards.py).
 
