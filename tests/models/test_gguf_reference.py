@@ -71,6 +71,34 @@ def test_hand_built_blocks_cover_every_quant_value(qtype):
     assert_bits_equal(ours, gguf.quants.dequantize(raw, qtype), qtype.name)
 
 
+# Unpacking byte j of a 4-bit block in another order is a fixed permutation of the block's 32 outputs (the scale and
+# offset act elementwise): the high nibble first (j <-> j + 16), or the two nibbles of byte j as elements 2j, 2j + 1
+# (the "natural" packing; ggml's is j and j + 16).
+WRONG_NIBBLE_ORDERS = {"high-first": np.r_[16:32, 0:16],
+                       "interleaved": np.stack([np.arange(16), np.arange(16) + 16], axis=1).ravel()}
+
+
+@pytest.mark.parametrize("qtype", (Q.Q4_0, Q.Q4_1), ids=lambda q: q.name)
+@pytest.mark.parametrize("order", sorted(WRONG_NIBBLE_ORDERS))
+def test_a_wrong_nibble_order_fails_the_bit_comparison(qtype, order):
+    """The comparison has power: our dequantizer with the nibbles unpacked in another order differs from gguf's in
+    most elements, on gguf-quantized rows and on hand-built blocks alike."""
+    rng = np.random.default_rng(7)
+    quantized = gguf.quants.quantize(rng.normal(size=(8, 256)).astype(np.float32), qtype)
+    random_blocks = rng.integers(0, 256, size=(8, 8 * LAYOUT[qtype][0]), dtype=np.uint8)
+    for off in LAYOUT[qtype][1]:  # finite scales (d = 0.5, m = 0.5): random bytes there could be NaN or inf
+        random_blocks.reshape(8, 8, -1)[:, :, off:off + 2] = np.array([0.5], np.float16).view(np.uint8)
+    for raw in (quantized, random_blocks):
+        ours = dequantize(raw, qtype.name)
+        ref = gguf.quants.dequantize(raw, qtype)
+        assert_bits_equal(ours, ref, qtype.name)  # the right order passes
+        wrong = ours.reshape(-1, 32)[:, WRONG_NIBBLE_ORDERS[order]].reshape(ours.shape)
+        with pytest.raises(AssertionError, match="elements differ in bits") as failure:
+            assert_bits_equal(wrong, ref, f"{qtype.name} {order}")
+        differing = int(str(failure.value).split(":")[1].split()[0])
+        assert differing > ref.size / 2, (order, differing)
+
+
 def test_other_types_are_left_to_gguf():
     """Only the three block formats take our fast path; anything else returns None (the caller uses gguf)."""
     assert dequantize(np.zeros((2, 144), np.uint8), "Q4_K") is None

@@ -105,33 +105,54 @@ def test_regex_selects_projections_and_zero_b_equals_base(base_logits):
     assert_logits_close(logits(model), base_logits, "zero-B adapters")
 
 
-@pytest.mark.parametrize("merged", [False, True], ids=["unmerged", "merged"])
-def test_projection_equals_explicit_formula(merged):
-    """Every adapted projection kind (q: [32] -> [4, 8], o: [4, 8] -> [32], down: [48] -> [32], ...) on random
-    inputs equals x . (W + alpha/rank B A)^T computed in float64, within the float32 bound in the module docstring."""
+def projection_errors(merged: bool, *, scale: float | None = None) -> dict[str, tuple[float, np.ndarray]]:
+    """Every adapted projection of a rank-4/alpha-16 model on random inputs against x . (W + alpha/rank B A)^T in
+    float64: {path: (max |ours - formula| / bound, |update| / bound)}, bound = 2 `projection_bound` (module
+    docstring). `scale` replaces the adapters' own alpha / rank (a deliberately wrong implementation)."""
     model = Decoder(CFG, rngs=nnx.Rngs(0))
     apply_lora(model, pattern=ALL, rank=RANK, alpha=ALPHA, rngs=nnx.Rngs(1))
     randomize_adapters(model, seed=2)
     matrices = {path: peft_matrices(proj) for path, proj in projections(model)}  # W before any merge
+    if scale is not None:
+        for _, proj in projections(model):
+            proj.lora.scale = scale
     if merged:
         merge_lora(model)
     rng = np.random.default_rng(3)
     xs = {path: rng.normal(size=(5,) + proj.in_shape).astype(np.float32) for path, proj in projections(model)}
     outputs = _project_all(*nnx.split(model), xs)
-    checked = set()
+    errors = {}
     for path, proj in projections(model):
         x_flat = xs[path].reshape(5, -1).astype(np.float64)
         w, a, b = matrices[path]
         want = x_flat @ (w + (ALPHA / RANK) * b @ a).T
         got = np.asarray(outputs[path], np.float64).reshape(5, -1)
-        bound = projection_bound(w, a, b, x_flat)
-        assert (np.abs(got - want) <= 2 * bound).all(), (path, np.abs(got - want).max(), bound.min())
-        # the update is far above that bound, so a wrong scale (alpha, 1, rank/alpha) could not pass
+        bound = 2 * projection_bound(w, a, b, x_flat)
         delta = x_flat @ ((ALPHA / RANK) * b @ a).T
-        assert np.median(np.abs(delta) / bound) > 1e3, path
-        checked.add(path.split(".", 2)[2])
-    assert checked == {"attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-                       "mlp.down_proj"}
+        errors[path] = (float(np.max(np.abs(got - want) / bound)), np.abs(delta) / bound)
+    return errors
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["unmerged", "merged"])
+def test_projection_equals_explicit_formula(merged):
+    """Every adapted projection kind (q: [32] -> [4, 8], o: [4, 8] -> [32], down: [48] -> [32], ...) on random
+    inputs equals x . (W + alpha/rank B A)^T computed in float64, within the float32 bound in the module docstring."""
+    errors = projection_errors(merged)
+    for path, (err, update) in errors.items():
+        assert err <= 1.0, (path, err)
+        assert np.median(update) > 1e3, path  # the update is far above the bound: a wrong scale cannot hide
+    assert {path.split(".", 2)[2] for path in errors} == {"attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj",
+                                                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}
+
+
+@pytest.mark.parametrize("wrong", ["alpha", "1", "rank/alpha"])
+def test_a_wrong_scale_fails_the_formula_comparison(wrong):
+    """The comparison has power: the adapters scaled by alpha (the /rank forgotten), by 1 (as if alpha == rank) or
+    by rank/alpha (inverted) miss the formula by far more than the bound on every projection, merged or not."""
+    scale = {"alpha": ALPHA, "1": 1.0, "rank/alpha": RANK / ALPHA}[wrong]
+    for merged in (False, True):
+        errors = projection_errors(merged, scale=scale)
+        assert min(err for err, _ in errors.values()) > 10.0, (wrong, merged, errors)
 
 
 def test_merged_kernel_is_the_explicit_formula():

@@ -137,6 +137,35 @@ def test_top_k_is_applied_before_top_p_as_in_transformers():
     assert (other_order > 0).sum() == 3  # the order really matters here
 
 
+def top_p_then_top_k(logits, setting) -> np.ndarray:
+    """A deliberately wrong sampler: our own filters in the other order (top-p on the full distribution, then top-k
+    on what it kept). `ours` with top-p alone gives the renormalised top-p distribution p1; the log of p1 is the
+    top-p-filtered logits up to a constant, and `ours` with top-k alone at temperature 1 then keeps its k best."""
+    first = ours(logits, dict(temperature=setting["temperature"], top_p=setting["top_p"]))
+    with np.errstate(divide="ignore"):
+        return ours(np.log(first), dict(temperature=1.0, top_k=setting["top_k"]))
+
+
+def test_the_other_filter_order_fails_the_comparison():
+    """The comparison has power: on the data of the order test above, and on random logits where the order changes
+    the kept set, top-p before top-k fails `assert_same_distribution` against transformers."""
+    cases = [(np.log(np.array([0.6, 0.35, 0.05] + [0.04] * 37)).astype(np.float32),
+              dict(temperature=1.0, top_k=3, top_p=0.9)),
+             (np.random.default_rng(0).normal(size=(4, 40)).astype(np.float32) * 2, SETTINGS[3])]
+    for logits, setting in cases:
+        logits = np.atleast_2d(logits)
+        assert_top_p_margin(logits, setting)
+        ref = reference_distribution(logits, **setting)
+        assert_same_distribution(ours(logits, setting), ref, "our order")  # the right order passes
+        with pytest.raises(AssertionError, match="supports differ"):
+            assert_same_distribution(top_p_then_top_k(logits, setting), ref, f"top-p first {setting}")
+    # where top-k keeps everything the order cannot matter, and the swapped sampler keeps transformers' support:
+    # only the order is wrong in it
+    logits, setting = cases[1][0], SETTINGS[4]
+    assert_top_p_margin(logits, setting)
+    np.testing.assert_array_equal(top_p_then_top_k(logits, setting) > 0, reference_distribution(logits, **setting) > 0)
+
+
 @pytest.mark.parametrize("setting", SETTINGS[:4], ids=str)
 def test_chi_square_of_draws_matches_filtered_softmax(setting):
     """20,000 draws from one fixed logits vector: frequencies match transformers' distribution,
