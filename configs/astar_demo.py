@@ -31,8 +31,9 @@ def base_config() -> ml_collections.ConfigDict:
         dataset="deeprd", seed=0, min_lookahead=2, max_lookahead=3, min_branches=2, max_branches=3,
         extra_ratio=0.0, max_degree=3, train=96, validation=8, test=64, heuristic="dependency", cost="max",
         records="", tfds_name="", tfds_dir=""))  # records / tfds_name: read records instead of generating DeepRD
-    # cost: A* cost, "max" (proof depth, Eq. 2) or "sum" (App. A.2). grpo.rewards below is built from it when the
-    # config is made; a command-line override must also set grpo.rewards[0].options.cost.
+    # cost: A* cost, "max" (proof depth, Eq. 2) or "sum" (App. A.2): the one cost key of the pipeline. The SFT and
+    # few-shot traces are searched under it and the pipeline writes it into every A* reward's options.cost
+    # (reasoner/pipelines/astar.py grpo_config), so --config.data.cost=sum switches all of them.
     c.sft = ml_collections.ConfigDict(dict(
         enabled=True, data=sft.data, optim=sft.optim, train=sft.train, lora=sft.lora))
     common.update(c.sft, {"data.seq_len": 512, "optim.lr": 1e-4, "optim.warmup_ratio": 0.1, "train.batch_size": 2,
@@ -46,8 +47,13 @@ def base_config() -> ml_collections.ConfigDict:
                            "grpo.temperature": 1.0, "optim.lr": 2e-6, "train.num_steps": 4, "train.eval_every": 0,
                            "train.checkpoint_every": 1000})
     c.log = common.log()  # metric writers (log.writers) of every trainer the demo runs
+    # few_shot: k of the in-context baseline (the base model with k solved training problems before each test
+    # problem, an extra row of the base stage; 0 = off, the paper's k is 5 on DeepRD); the default k of
+    # `reasoner eval --few-shot`. endpoint_max_tokens: the token budget of an OpenAI-compatible endpoint evaluated
+    # with `reasoner eval --endpoint` (a large API model writes more than the 176 tokens our traces need).
     c.eval = ml_collections.ConfigDict(dict(
-        num_samples=1, temperature=0.0, top_p=1.0, max_new_tokens=176, batch_size=32, seed=0, ks=(1,)))
+        num_samples=1, temperature=0.0, top_p=1.0, max_new_tokens=176, batch_size=32, seed=0, ks=(1,),
+        few_shot=0, endpoint_max_tokens=1024))
     return c
 
 

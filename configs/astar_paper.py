@@ -13,12 +13,17 @@ GRPO: one epoch, 16 completions per group, beta 0.04, lr 1e-6; starts from the S
 ON DEVICE (`options.device=True` of the "astar" reward: host parsing, then one jitted A* kernel call per batch), and
 evaluation scores the split on device too (`reasoner.evaluation.EvalSettings.scoring`, default "device").
 Generation budget: 1024 new tokens on ProofWriter, 2048 on DeepRD; greedy evaluation on the full test split.
+In-context baselines (§4): SFT variants also evaluate their base model with eval.few_shot solved training problems in
+the prompt (10 on ProofWriter, 5 on DeepRD; traces under the variant's heuristic); an API model is evaluated with
+`reasoner eval --endpoint URL --endpoint-model NAME`, budget eval.endpoint_max_tokens (the paper's DeepSeek-V3.2: 2048
+on ProofWriter, 5000 on DeepRD). data.cost ("max"; "sum" for App. A.2) reaches the traces and the GRPO rewards.
 bf16 compute with f32 master weights, remat, FSDP over all devices (TPU pods / GPU nodes).
 """
 
 import ml_collections
 
 from configs import astar_demo, grpo_astar
+from reasoner.tasks.astar import FEW_SHOT_K
 
 MODELS = ("llama1b", "llama3b")
 DATASETS = ("proofwriter", "deeprd")
@@ -30,6 +35,7 @@ SFT_EXPORTS = {("llama1b", "proofwriter"): "checkpoints/llama1b_proofwriter_sft_
                ("llama1b", "deeprd"): "checkpoints/llama1b_deeprd_sft_dependency/export",
                ("llama3b", "deeprd"): "checkpoints/llama3b_deeprd_sft_dependency/export"}
 NEW_TOKENS = {"proofwriter": 1024, "deeprd": 2048}
+API_NEW_TOKENS = {"proofwriter": 2048, "deeprd": 5000}  # DeepSeek-V3.2's budgets (App. B.3)
 
 
 def variants() -> list[str]:
@@ -70,6 +76,8 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
     c.grpo.optim.lr = 1e-6
     c.grpo.train.update(dict(num_steps={"deeprd": 2000, "proofwriter": 9207}[dataset], checkpoint_every=100))
     reward = which if stage == "grpo" else "astar_dependency"
-    c.grpo.rewards = grpo_astar.astar_reward(reward, dataset, device=True)
-    c.eval.update(dict(num_samples=1, temperature=0.0, max_new_tokens=new_tokens, batch_size=64))
+    c.grpo.rewards = grpo_astar.astar_reward(reward, dataset, device=True, cost=c.data.cost)
+    c.eval.update(dict(num_samples=1, temperature=0.0, max_new_tokens=new_tokens, batch_size=64,
+                       few_shot=FEW_SHOT_K[dataset] if stage == "sft" else 0,
+                       endpoint_max_tokens=API_NEW_TOKENS[dataset]))
     return c

@@ -4,6 +4,11 @@ Paper settings: Adam (b1 0.9, b2 0.999), lr 2e-5, cosine schedule with warmup ra
 batch 4 (1B) / 2 (3B), keep the epoch checkpoint with the lowest validation loss; max 1024 generated
 tokens on ProofWriter, 2048 on DeepRD.
 
+Traces: `data.path` holds chat SFT examples whose completions are verbalized A* traces. Their search order and A*
+cost ("max" | "sum") are fixed when they are written: the A* pipeline writes them under its `data.heuristic` and
+`data.cost` (configs/astar_demo.py, configs/astar_paper.py; `reasoner.data.astar_traces.write_splits`), the same
+cost its GRPO rewards read. This config trains on the file as given, so it holds no cost of its own.
+
 Variants: None / "smollm2" (the embedded SmolLM2-135M-Instruct, CPU-sized), "llama1b", "llama3b"
 (paper scale; set model.name to a Llama-3.2 HF directory), "deeprd" (2048-token traces), "tiny"
 (random 2-layer model with SmolLM2's tokenizer, for tests and smoke runs).

@@ -16,6 +16,13 @@ Metrics (JSON report, one dict per model):
   reliability        avg@N, pass@k (unbiased), pass^k and stability pass^k / pass@k for each k <= K;
   finish_reasons, mean completion tokens, seconds.
 `write_report` stores the reports as JSON and draws accuracy against efficiency with the Pareto front.
+
+Prompts (`build_prompts`): zero-shot (`settings.few_shot = 0`) or k-shot, the paper's in-context baselines (§4): k
+solved training examples chosen per problem by `reasoner.tasks.astar.few_shot_choice` (seeded by `settings.seed` and
+the problem id), answered by their host-A* traces under `settings.few_shot_heuristic` and `settings.cost`. Every model
+is scored the same way whatever its prompt; the report's `generation.few_shot` says how many shots the prompts held.
+Models: a local decoder (jitted sampler) or an OpenAI-compatible endpoint (`reasoner.evaluation_endpoint.
+EndpointModel`, `settings.max_new_tokens` its token budget; a request that fails scores as wrong and is counted).
 """
 
 from __future__ import annotations
@@ -29,17 +36,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reasoner.tasks.astar import AStarProblem, TaskScore, prompt_messages, score_completion
+from reasoner.tasks.astar import (COSTS, HEURISTICS, AStarProblem, TaskScore, few_shot_choice, messages_with_shots,
+                                   score_completion, sft_completion)
 
 SCORING = ("device", "host")
 
-__all__ = ["SCORING", "EvalSettings", "EvalResult", "generate_completions", "score_problems", "evaluate_completions",
-           "evaluate", "write_report", "reference_efficiency"]
+__all__ = ["SCORING", "EvalSettings", "EvalResult", "Prompts", "build_prompts", "generate_completions",
+           "score_problems", "evaluate_completions", "evaluate", "write_report", "reference_efficiency"]
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalSettings:
-    """num_samples 1 + temperature 0 = greedy. batch_size counts prompts per sampler call (each has K rows)."""
+    """num_samples 1 + temperature 0 = greedy. batch_size counts prompts per sampler call (each has K rows).
+    few_shot: solved training examples before each problem (0 = zero-shot); their traces use few_shot_heuristic
+    and cost (the A* cost of the traces: "max" or "sum"). max_new_tokens is the generation budget of whichever
+    model is evaluated (an endpoint's `max_tokens`)."""
 
     num_samples: int = 1
     temperature: float = 0.0
@@ -49,10 +60,19 @@ class EvalSettings:
     seed: int = 0
     ks: tuple[int, ...] = (1,)
     scoring: str = "device"
+    few_shot: int = 0
+    few_shot_heuristic: str = "dependency"
+    cost: str = "max"
 
     def __post_init__(self):
         if self.scoring not in SCORING:
             raise ValueError(f"eval scoring={self.scoring!r}: expected one of {SCORING}")
+        if not isinstance(self.few_shot, int) or self.few_shot < 0:
+            raise ValueError(f"eval few_shot={self.few_shot!r}: expected an int >= 0")
+        if self.few_shot_heuristic not in HEURISTICS:
+            raise ValueError(f"eval few_shot_heuristic={self.few_shot_heuristic!r}: expected one of {HEURISTICS}")
+        if self.cost not in COSTS:
+            raise ValueError(f"eval cost={self.cost!r}: expected one of {COSTS}")
         for name in ("num_samples", "max_new_tokens", "batch_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -74,34 +94,114 @@ class EvalResult:
     scores: list[list[TaskScore]]
 
 
-def generate_completions(model, tokenizer, problems: Sequence[AStarProblem], settings: EvalSettings, *,
-                         progress: bool = True, desc: str = "eval") -> tuple[list[list[str]], dict]:
-    """K completion texts per problem (problem order) and generation stats (finish reasons, tokens, seconds)."""
-    from tqdm import tqdm
+@dataclasses.dataclass(frozen=True)
+class Prompts:
+    """messages[i]: problem i's chat prompt; shots[i]: the solved examples it holds; ids[i]: its token ids (local
+    models only, else None); stats: the report's `generation.few_shot` entry."""
 
-    from reasoner.sampling import Sampler, SamplingParams
+    messages: list[list[dict[str, str]]]
+    shots: list[int]
+    ids: list[list[int]] | None
+    stats: dict
+
+
+def build_prompts(problems: Sequence[AStarProblem], settings: EvalSettings, *,
+                  examples: Sequence[AStarProblem] | None = None, tokenizer=None,
+                  context: int | None = None) -> Prompts:
+    """Chat prompts of `problems`: zero-shot, or k = settings.few_shot shots drawn from `examples` (the training
+    split) per problem by `few_shot_choice` (seed settings.seed), each answered by its host-A* trace under
+    settings.few_shot_heuristic and settings.cost (one search per distinct example).
+
+    Context check (local models: `tokenizer` and `context` = the model's max_position_embeddings): a prompt whose
+    tokens plus settings.max_new_tokens exceed `context` drops shots from the END of its drawn list (the rest stay
+    as drawn, so a shorter prompt is a prefix of the k-shot one) until it fits; `shots` says how many each kept and
+    stats counts the prompts left short of k. A prompt that does not fit even with no shot is a ValueError naming the
+    problem (the budget or the model is wrong, not the shots). Without a tokenizer (an OpenAI-compatible endpoint,
+    whose context is the server's) nothing is dropped; a prompt the server refuses is a failed request, scored wrong.
+    """
     from reasoner.tokenization import chat_ids
+
+    k = settings.few_shot
+    if k and examples is None:
+        raise ValueError(f"few_shot={k}: expected training examples to draw the shots from (examples=...)")
+    if (tokenizer is None) != (context is None):
+        raise ValueError("build_prompts: give tokenizer and context together (both or neither)")
+    traces: dict[str, str] = {}
+
+    def trace(ex: AStarProblem) -> str:
+        if ex.id not in traces:
+            traces[ex.id] = sft_completion(ex, heuristic=settings.few_shot_heuristic, cost=settings.cost)
+        return traces[ex.id]
+
+    messages, shots, ids = [], [], []
+    for p in problems:
+        drawn = [(ex, trace(ex)) for ex in few_shot_choice(p, examples, k, seed=settings.seed)] if k else []
+        n = len(drawn)
+        while True:
+            m = messages_with_shots(p, drawn[:n])
+            if tokenizer is None:
+                break
+            x = chat_ids(tokenizer, m)
+            if len(x) + settings.max_new_tokens <= context:
+                ids.append(x)
+                break
+            if n == 0:
+                raise ValueError(f"problem {p.id}: its prompt ({len(x)} tokens) plus max_new_tokens="
+                                 f"{settings.max_new_tokens} exceeds the model's context of {context} tokens; expected "
+                                 "a smaller max_new_tokens or a longer-context model")
+            n -= 1
+        messages.append(m)
+        shots.append(n)
+    stats = {"k": k, "heuristic": settings.few_shot_heuristic if k else None, "cost": settings.cost if k else None,
+             "mean_shots": float(np.mean(shots)), "min_shots": int(min(shots)) if shots else 0,
+             "prompts_short_of_k": sum(n < k for n in shots),
+             "max_prompt_tokens": max(map(len, ids)) if tokenizer is not None and ids else None}
+    return Prompts(messages=messages, shots=shots, ids=ids if tokenizer is not None else None, stats=stats)
+
+
+def generate_completions(model, tokenizer, problems: Sequence[AStarProblem], settings: EvalSettings, *,
+                         examples: Sequence[AStarProblem] | None = None, progress: bool = True,
+                         desc: str = "eval") -> tuple[list[list[str]], dict]:
+    """K completion texts per problem (problem order) and generation stats (finish reasons, tokens, seconds, the
+    few-shot entry of `build_prompts`). `model`: a local decoder (the jitted sampler, fixed-size batches) or an
+    `EndpointModel` (concurrent requests; `tokenizer` unused)."""
+    from reasoner.evaluation_endpoint import EndpointModel
 
     if not problems:
         raise ValueError("problems is empty: expected at least one A* problem to evaluate")
+    if isinstance(model, EndpointModel):
+        prompts = build_prompts(problems, settings, examples=examples)
+        texts, stats = model.generate(prompts.messages, settings, progress=progress, desc=desc)
+        return texts, {**stats, "few_shot": prompts.stats}
+    context = getattr(getattr(model, "cfg", None), "max_position_embeddings", None)
+    prompts = build_prompts(problems, settings, examples=examples, tokenizer=tokenizer, context=context)
+    texts, stats = _sample(model, tokenizer, prompts.ids, settings, progress=progress, desc=desc)
+    return texts, {**stats, "few_shot": prompts.stats}
+
+
+def _sample(model, tokenizer, prompts: list[list[int]], settings: EvalSettings, *, progress: bool,
+            desc: str) -> tuple[list[list[str]], dict]:
+    """Greedy or K-sample generation of token-id prompts through the jitted sampler, `settings.batch_size` prompts
+    per call (a short last batch topped up with copies: one compile for every batch)."""
+    from tqdm import tqdm
+
+    from reasoner.sampling import Sampler, SamplingParams
+    from reasoner.sampling.buckets import bucket_length
+
     sampler = Sampler(model, tokenizer)
     params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                             top_p=settings.top_p, n=settings.num_samples, seed=settings.seed)
-    prompts = [chat_ids(tokenizer, prompt_messages(p)) for p in problems]
     # One cache length for every batch: the longest prompt's bucket + new tokens, so all batches share one compile.
-    from reasoner.sampling.buckets import bucket_length
-
     max_len = bucket_length(max(len(p) for p in prompts) + settings.max_new_tokens)
     texts: list[list[str]] = []
     reasons: Counter = Counter()
     tokens = 0
     start = time.perf_counter()
-    bar = tqdm(total=len(problems), desc=desc, unit="problem", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=len(prompts), desc=desc, unit="problem", disable=not progress, dynamic_ncols=True)
     try:
         for lo in range(0, len(prompts), settings.batch_size):
             chunk = prompts[lo:lo + settings.batch_size]
             pad = settings.batch_size - len(chunk)
-            # A short last batch is topped up with copies so its shape matches the others (no new compile).
             out = sampler.generate(chunk + [chunk[-1]] * pad, params, max_len=max_len)
             rows = out[:len(chunk) * settings.num_samples]
             for i in range(len(chunk)):
@@ -113,7 +213,7 @@ def generate_completions(model, tokenizer, problems: Sequence[AStarProblem], set
     finally:
         bar.close()
     seconds = time.perf_counter() - start
-    n_rows = len(problems) * settings.num_samples
+    n_rows = len(prompts) * settings.num_samples
     return texts, {"finish_reasons": dict(reasons), "mean_completion_tokens": tokens / n_rows,
                    "generation_seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
 
@@ -167,9 +267,12 @@ def evaluate_completions(problems: Sequence[AStarProblem], completions: Sequence
 
 
 def evaluate(model, tokenizer, problems: Sequence[AStarProblem], settings: EvalSettings = EvalSettings(), *,
-             label: str, group: str = "", progress: bool = True) -> EvalResult:
-    """Generate (jitted sampler, batched) then score; the report also carries generation stats and settings."""
-    texts, stats = generate_completions(model, tokenizer, problems, settings, progress=progress, desc=f"eval {label}")
+             label: str, group: str = "", progress: bool = True,
+             examples: Sequence[AStarProblem] | None = None) -> EvalResult:
+    """Generate (jitted sampler, batched; or an endpoint) then score; the report also carries generation stats and
+    settings. `examples`: the training problems few-shot prompts draw from (needed when settings.few_shot > 0)."""
+    texts, stats = generate_completions(model, tokenizer, problems, settings, examples=examples, progress=progress,
+                                        desc=f"eval {label}")
     result = evaluate_completions(problems, texts, label=label, ks=settings.ks, group=group, seed=settings.seed,
                                   scoring=settings.scoring)
     result.report["generation"] = stats
@@ -180,8 +283,6 @@ def evaluate(model, tokenizer, problems: Sequence[AStarProblem], settings: EvalS
 def reference_efficiency(problems: Sequence[AStarProblem], heuristics: Sequence[str] = ("zero", "dependency", "true")
                          ) -> dict[str, dict[str, float]]:
     """Efficiency of the search algorithms themselves on these problems (the paper's dashed lines in Fig. 2)."""
-    from reasoner.tasks.astar import sft_completion
-
     names = {"zero": "Dijkstra", "dependency": "A* dependency", "true": "A* true cost-to-go"}
     out: dict[str, dict[str, float]] = {"pushes": {}, "pops": {}}
     for h in heuristics:

@@ -2,7 +2,9 @@
 `reasoner.data.chat_jsonl` (`<dir>/<split>.jsonl`, one `{"prompt": [...], "completion": "...", "id": ...}` per line).
 
 Used by the A* pipeline (`reasoner.pipelines.astar`) to turn a DeepRD or ProofWriter split into SFT data for one
-search order (heuristic "zero" = Dijkstra, "dependency", "true"), as in the paper's §4.1 "Search Orders and Training".
+search order (heuristic "zero" = Dijkstra, "dependency", "true"), as in the paper's §4.1 "Search Orders and Training",
+under one A* cost ("max": proof depth, Eq. 2; "sum": number of vertices, App. A.2). The pipeline passes its
+`data.cost`, the same key its GRPO stage hands every A* reward, so traces and rewards rank proofs alike.
 """
 
 from __future__ import annotations
@@ -16,22 +18,22 @@ from reasoner.tasks.astar import AStarProblem, prompt_messages, sft_completion
 __all__ = ["sft_example", "sft_examples", "write_jsonl", "write_splits", "deeprd_records"]
 
 
-def sft_example(problem: AStarProblem, *, heuristic: str = "dependency") -> dict:
-    """{"id", "prompt": [system, user], "completion": verbalized A* trace}."""
+def sft_example(problem: AStarProblem, *, heuristic: str = "dependency", cost: str = "max") -> dict:
+    """{"id", "prompt": [system, user], "completion": verbalized A* trace under `heuristic` and `cost`}."""
     return {"id": problem.id, "prompt": prompt_messages(problem),
-            "completion": sft_completion(problem, heuristic=heuristic)}
+            "completion": sft_completion(problem, heuristic=heuristic, cost=cost)}
 
 
-def sft_examples(problems: Iterable[AStarProblem], *, heuristic: str = "dependency") -> list[dict]:
-    return [sft_example(p, heuristic=heuristic) for p in problems]
+def sft_examples(problems: Iterable[AStarProblem], *, heuristic: str = "dependency", cost: str = "max") -> list[dict]:
+    return [sft_example(p, heuristic=heuristic, cost=cost) for p in problems]
 
 
-def write_splits(out_dir, splits: Mapping[str, Iterable[AStarProblem]], *, heuristic: str = "dependency"
-                 ) -> dict[str, int]:
+def write_splits(out_dir, splits: Mapping[str, Iterable[AStarProblem]], *, heuristic: str = "dependency",
+                 cost: str = "max") -> dict[str, int]:
     """Writes `<out_dir>/<split>.jsonl` of SFT examples per split; returns {split: count}."""
     counts = {}
     for split, problems in splits.items():
-        examples = sft_examples(problems, heuristic=heuristic)
+        examples = sft_examples(problems, heuristic=heuristic, cost=cost)
         write_jsonl(pathlib.Path(out_dir) / f"{split}.jsonl", examples)
         counts[split] = len(examples)
     return counts

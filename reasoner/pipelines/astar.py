@@ -6,8 +6,12 @@
 Stages (each timed; progress bars throughout):
   1. data   DeepRD train/validation/test problems (`reasoner.data.deeprd`, each checked by host A*), written as
             records (`<workdir>/data/records/<split>.jsonl`, what GRPO reads) and as chat SFT examples whose
-            completion is the verbalized A* trace under `data.heuristic` (`<workdir>/data/sft/<split>.jsonl`).
-  2. base   greedy evaluation of the starting model on the test problems (`reasoner.evaluation`).
+            completion is the verbalized A* trace under `data.heuristic` and `data.cost` (`<workdir>/data/sft/
+            <split>.jsonl`). `data.cost` ("max" | "sum") is the pipeline's one cost key: its traces, its few-shot
+            traces and every A* reward of the GRPO stage (`grpo_config` writes it into their `options.cost`).
+  2. base   greedy evaluation of the starting model on the test problems (`reasoner.evaluation`); with
+            `eval.few_shot` = k > 0 also the paper's in-context baseline: the same model with k solved training
+            problems in its prompt (label "base (k-shot)"). Trained models are evaluated zero-shot, as trained.
   3. sft    `trainers.sft.train` on the traces (best validation-loss checkpoint, exported to HF safetensors).
   4. eval of the SFT model.
   5. grpo   `trainers.grpo.train` from the SFT model with the A*-informed reward of `grpo.rewards`, then eval.
@@ -76,7 +80,7 @@ def build_data(config, *, out_dir) -> dict:
     for split in SPLITS:
         records = _split_records(d, split)
         problems = [problem_from_record(r, dataset=d.dataset) for r in records]
-        examples = sft_examples(problems, heuristic=d.heuristic)
+        examples = sft_examples(problems, heuristic=d.heuristic, cost=d.get("cost", "max"))
         write_jsonl(out / "records" / f"{split}.jsonl", records)
         write_jsonl(out / "sft" / f"{split}.jsonl", examples)
         splits[split] = {"records": records, "problems": problems, "sft": examples}
@@ -122,6 +126,9 @@ def grpo_config(config):
     for key in ("data", "grpo", "optim", "train", "lora"):
         c[key].update(config.grpo[key].to_dict())
     c.rewards = [dict(r) for r in config.grpo.rewards]
+    for r in c.rewards:  # data.cost is the one cost key: the traces' and every A* reward's
+        if r["name"] == "astar":
+            r["options"] = {**r.get("options", {}), "cost": config.data.get("cost", "max")}
     c.data.dataset = config.data.dataset
     c.data.task = "astar"
     if "log" in config:  # the demo's metric writers reach every trainer it runs
@@ -129,13 +136,16 @@ def grpo_config(config):
     return c
 
 
-def _eval_settings(config):
+def _eval_settings(config, *, few_shot: int = 0):
+    """EvalSettings of the config's `eval` section; few_shot shots (traces under data.heuristic and data.cost)."""
     from reasoner.evaluation import EvalSettings
 
     e = config.eval
     return EvalSettings(num_samples=int(e.num_samples), temperature=float(e.temperature), top_p=float(e.top_p),
                         max_new_tokens=int(e.max_new_tokens), batch_size=int(e.batch_size), seed=int(e.seed),
-                        ks=tuple(int(k) for k in e.ks))
+                        ks=tuple(int(k) for k in e.ks), few_shot=int(few_shot),
+                        few_shot_heuristic=config.data.get("heuristic", "dependency"),
+                        cost=config.data.get("cost", "max"))
 
 
 def _metric(report: dict, key: str) -> str:
@@ -217,6 +227,12 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     results = [timer.stage("eval_base", lambda: evaluate(base_model, tokenizer, test, settings, label="base",
                                                          progress=progress))]
     _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
+    shots = int(config.eval.get("few_shot", 0))
+    if shots:  # the paper's in-context baseline: the base model with k solved training problems in its prompt
+        results.append(timer.stage("eval_base_few_shot", lambda: evaluate(
+            base_model, tokenizer, test, _eval_settings(config, few_shot=shots), label=f"base ({shots}-shot)",
+            progress=progress, examples=splits["train"]["problems"])))
+        _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
     del base_model
     summary_models = {}
     model = None

@@ -12,7 +12,8 @@ A problem is one dataset record (`reasoner.data.records`: `id`, `program` and `g
   verbalized problem, assistant: its host-A* trace) before the problem; k defaults to `FEW_SHOT_K` (10 for
   ProofWriter, 5 for DeepRD, the paper's counts); the choice is a seeded sample per problem id, never the problem.
 * SFT completion: the verbalized trace of host A* (`search.astar.solve`) under a chosen heuristic
-  ("zero" = Dijkstra, "dependency", "true"); each push is a step "Since P1 and P2, by the rule "R", C.".
+  ("zero" = Dijkstra, "dependency", "true") and cost ("max" or "sum", `COSTS`); each push is a step
+  "Since P1 and P2, by the rule "R", C.".
 * Scoring: parse (never raises) -> verify -> `search.rewards.Scores`: correctness, efficiency (pushes) and
   efficiency (pops) against the shortest proof (correct traces only), and the four rewards (correctness,
   step_count, astar_dependency, astar_true; Eq. 7).
@@ -29,10 +30,12 @@ from collections.abc import Mapping, Sequence
 
 from search.logic import Atom, Program
 
-__all__ = ["INSTRUCTION", "HEURISTICS", "FEW_SHOT_K", "few_shot_messages", "few_shot_choice", "AStarProblem", "problem_from_record", "prompt_messages", "sft_completion",
+__all__ = ["INSTRUCTION", "HEURISTICS", "COSTS", "FEW_SHOT_K", "few_shot_messages", "few_shot_choice",
+           "messages_with_shots", "AStarProblem", "problem_from_record", "prompt_messages", "sft_completion",
            "score_completion", "TaskScore", "reward_specs"]
 
 HEURISTICS = ("zero", "dependency", "true")
+COSTS = ("max", "sum")  # A* proof cost: depth (Eq. 2) or number of vertices (App. A.2)
 FEW_SHOT_K = {"proofwriter": 10, "deeprd": 5}  # in-context examples of the paper's ICL baselines (§4)
 INSTRUCTION = (
     "Prove the statement after \"Prove:\" from the facts and rules by forward search. Write one step per "
@@ -118,27 +121,37 @@ def few_shot_choice(problem: AStarProblem, examples: Sequence[AStarProblem], k: 
 def few_shot_messages(problem: AStarProblem, examples: Sequence[AStarProblem], k: int | None = None, *,
                       seed: int = 0, heuristic: str = "dependency", cost: str = "max") -> list[dict[str, str]]:
     """The k-shot chat prompt: the system instruction, then per chosen example (`few_shot_choice`) a user turn
-    with its verbalized problem and an assistant turn with its host-A* trace under `heuristic`, then the problem's
-    user turn. k=None takes `FEW_SHOT_K[problem.dataset]`; k=0 is `prompt_messages`."""
+    with its verbalized problem and an assistant turn with its host-A* trace under `heuristic` and `cost`, then
+    the problem's user turn. k=None takes `FEW_SHOT_K[problem.dataset]`; k=0 is `prompt_messages`."""
     if k is None:
         if problem.dataset not in FEW_SHOT_K:
             raise ValueError(f"few-shot k for dataset {problem.dataset!r}: give k (defaults exist for "
                              f"{sorted(FEW_SHOT_K)})")
         k = FEW_SHOT_K[problem.dataset]
-    shots = []
-    for ex in few_shot_choice(problem, examples, k, seed=seed):
-        shots += [{"role": "user", "content": ex.verbalizer.context(ex.goal)},
-                  {"role": "assistant", "content": sft_completion(ex, heuristic=heuristic, cost=cost)}]
+    shots = few_shot_choice(problem, examples, k, seed=seed)
+    return messages_with_shots(problem, [(ex, sft_completion(ex, heuristic=heuristic, cost=cost)) for ex in shots])
+
+
+def messages_with_shots(problem: AStarProblem, shots: Sequence[tuple[AStarProblem, str]]) -> list[dict[str, str]]:
+    """[system, (user: shot's verbalized problem, assistant: its answer) per shot, user: the problem]. With no
+    shots this is `prompt_messages(problem)`; evaluation uses it to drop shots from a chosen list without
+    drawing a new one (`reasoner.evaluation.build_prompts`)."""
     system, user = prompt_messages(problem)
-    return [system, *shots, user]
+    turns = []
+    for ex, answer in shots:
+        turns += [{"role": "user", "content": ex.verbalizer.context(ex.goal)}, {"role": "assistant", "content": answer}]
+    return [system, *turns, user]
 
 
 def sft_completion(problem: AStarProblem, *, heuristic: str = "dependency", cost: str = "max") -> str:
-    """The verbalized host-A* search trace under `heuristic` (the SFT target). Raises if the goal is unprovable."""
+    """The verbalized host-A* search trace under `heuristic` and `cost` ("max": proof depth, Eq. 2; "sum": number
+    of vertices, App. A.2), the SFT target. Raises if the goal is unprovable."""
     from search.astar import solve
 
     if heuristic not in HEURISTICS:
         raise ValueError(f"heuristic={heuristic!r}: expected one of {HEURISTICS}")
+    if cost not in COSTS:
+        raise ValueError(f"cost={cost!r}: expected one of {COSTS}")
     result = solve(problem.program, problem.goal, heuristic=heuristic, cost=cost)
     if not result.proved:
         raise ValueError(f"problem {problem.id}: goal {problem.goal} is not provable; no A* trace to train on")
