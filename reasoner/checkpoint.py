@@ -115,6 +115,11 @@ def _sync(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def _barriers(name: str):
+    """orbax multi-process options whose barrier names carry `name` (one per manager of a run)."""
+    return ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=f"reasoner-{name}")
+
+
 class RunCheckpoints:
     """The `checkpoints/` (latest N) and `best/` managers of one workdir."""
 
@@ -124,14 +129,19 @@ class RunCheckpoints:
         self.best_metric = best_metric
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.skipped: list[Skipped] = []  # what the last restore passed over, newest first
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
+        # Each manager gets its own barrier names: at an evaluation step `best/` and `checkpoints/` save the same
+        # step asynchronously, and orbax's save tracker waits at one fixed barrier name per manager; with a shared
+        # name the two finalize threads of a multi-process job collide ("Barrier ... is already ongoing").
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save, create=True,
+                                               multiprocessing_options=_barriers("checkpoints"))
         self.latest = ocp.CheckpointManager(self.workdir / "checkpoints", options=options,
                                             item_names=("state", "data", "meta"))
         self.best = None
         if best_metric:
             best_options = ocp.CheckpointManagerOptions(
                 max_to_keep=1, best_fn=lambda m: float(m[best_metric]), best_mode=best_mode,
-                keep_checkpoints_without_metrics=False, enable_async_checkpointing=async_save, create=True)
+                keep_checkpoints_without_metrics=False, enable_async_checkpointing=async_save, create=True,
+                multiprocessing_options=_barriers("best"))
             self.best = ocp.CheckpointManager(self.workdir / "best", options=best_options,
                                               item_names=("state", "data", "meta"))
 

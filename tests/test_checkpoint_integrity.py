@@ -177,3 +177,60 @@ def test_best_step_committed_before_the_latest_one_does_not_crash_the_resume(tmp
     restored = resumed.restore(_state(0), expected_meta=META)
     _assert_is_step(restored, 4)
     resumed.close()
+
+
+# Two processes save `best/` and `checkpoints/` at the same steps, asynchronously. orbax marks a save as started
+# with a barrier (its save tracker's `set_value_start`); process 0 reaches that barrier of every main-thread save 3 s
+# late (as a process descheduled under load does), so process 1 waits inside it while its background threads,
+# slowed by 0.3 s a barrier, finalize the other manager's save and reach the tracker's barrier too: the two
+# managers are inside a barrier at the same time, at every step after the first.
+_OVERLAP_SCRIPT = r"""
+import sys, threading, time
+from reasoner import distributed
+distributed.maybe_initialize()
+import jax, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from orbax.checkpoint._src.multihost import multihost
+
+make = multihost.get_barrier_sync_fn
+def slowed(*args, **kwargs):
+    fn = make(*args, **kwargs)
+    def wait(*, key, timeout_ms):
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.3)
+        elif jax.process_index() == 0 and "set_value_start" in key:
+            time.sleep(3)
+        return fn(key=key, timeout_ms=timeout_ms)
+    return wait
+multihost.get_barrier_sync_fn = slowed
+
+from reasoner.checkpoint import RunCheckpoints
+mesh = jax.make_mesh((jax.device_count(),), ("data",), devices=jax.devices())
+value = np.arange(64, dtype=np.float32).reshape(8, 8)
+w = jax.make_array_from_callback(value.shape, NamedSharding(mesh, P("data")), lambda index: value[index])
+ckpt = RunCheckpoints(sys.argv[1], keep=2, best_metric="loss", async_save=True)
+meta = {"trainer": "test", "fingerprint": "f0"}
+for step in (1, 2, 3):
+    state = {"w": w * step}
+    ckpt.save_best(step, state, data_state={"step": step}, meta={**meta, "step": step}, metrics={"loss": -step})
+    ckpt.save(step, state, data_state={"step": step}, meta={**meta, "step": step})
+ckpt.wait()
+ckpt.close()
+print("SAVED", jax.process_index(), ckpt.latest_step(), ckpt.best_step(), flush=True)
+"""
+
+
+def test_two_processes_save_best_and_latest_concurrently(tmp_path):
+    """`best/` and `checkpoints/` save the same step at once in a two-process job (every SFT evaluation step): their
+    orbax barriers must not share names. With one name (orbax's default) this job fails every time here with
+    "Barrier ThreadSaveMultiHostValueHolder:set_value_start is already ongoing" (the CI failure of the two-process
+    resume, where it happened by chance under load)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REASONER_", "JAX_COMPILATION_CACHE"))}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "launch" / "local_processes.py"), "--processes", "2", "--devices-per-process",
+         "2", "--timeout", "240", "--", sys.executable, "-c", _OVERLAP_SCRIPT, str(tmp_path / "run")],
+        env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    saved = sorted(line.split("SAVED ", 1)[1] for line in proc.stdout.splitlines() if "SAVED " in line)
+    assert saved == ["0 3 3", "1 3 3"], proc.stdout[-2000:]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["2", "3"]
