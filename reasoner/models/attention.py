@@ -4,9 +4,10 @@ Layouts: q [B, T, KV, G, Dh] (G = query heads per kv head, HF order: head h uses
 k/v [B, S, KV, Dh]. Scores `bngts` are computed per kv group, so k/v are never repeated.
 
 Masking rule (same with or without cache): query at slot i of segment s attends to key slot j iff
-`segment_j == s`, `s != 0` and `j <= i`. Slots are positions in the chunk (no cache) or in the
-cache (`cache.index_B[b] + t`). Segment 0 marks padding; its queries attend to nothing useful
-(their output is finite garbage that callers ignore).
+`segment_j == s`, `s != 0` and `j <= i`, and, in a layer with a sliding window W > 0 (Mistral; Qwen2's upper
+layers), `j > i - W` (transformers' `sliding_window_overlay`: W keys, the query's own included). Slots are
+positions in the chunk (no cache) or in the cache (`cache.index_B[b] + t`). Segment 0 marks padding; its queries
+attend to nothing useful (their output is finite garbage that callers ignore).
 """
 
 from __future__ import annotations
@@ -15,17 +16,18 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from reasoner.models.blocked_attention import blocked_attention
+from reasoner.models.blocked_attention import blocked_attention, window_visible
 from reasoner.models.config import ModelConfig
 from reasoner.models.layers import Proj, RMSNorm
 from reasoner.models.rope import apply_rope
 
+__all__ = ["Attention", "attention_mask", "use_blocked", "window_visible", "write_rows"]
 
-def attention_mask(q_seg_BxT, q_slot_BxT, kv_seg_BxS, kv_slot_S) -> jax.Array:
-    """[B, T, S] bool: same non-zero segment and causal in slot order."""
+
+def attention_mask(q_seg_BxT, q_slot_BxT, kv_seg_BxS, kv_slot_S, *, window: int = 0) -> jax.Array:
+    """[B, T, S] bool: same non-zero segment and causal in slot order (within `window` when > 0)."""
     same = (q_seg_BxT[:, :, None] == kv_seg_BxS[:, None, :]) & (q_seg_BxT[:, :, None] != 0)
-    causal = kv_slot_S[None, None, :] <= q_slot_BxT[:, :, None]
-    return same & causal
+    return same & window_visible(q_slot_BxT[:, :, None], kv_slot_S[None, None, :], window)
 
 
 def use_blocked(cfg: ModelConfig, T: int, has_cache: bool) -> bool:
@@ -43,9 +45,10 @@ def write_rows(cache_BxSxKxD: jax.Array, chunk_BxTxKxD: jax.Array, index_B: jax.
 
 
 class Attention(nnx.Module):
-    """Self-attention of one layer; optional q/k/v bias (Qwen2) and per-head q/k RMSNorm (Qwen3)."""
+    """Self-attention of one layer; optional q/k/v bias (Qwen2) and per-head q/k RMSNorm (Qwen3); `window` > 0:
+    sliding-window attention (the caller's mask must be built with the same window; `self.window` says which)."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, window: int = 0):
         pd, dt = cfg.param_dtype, cfg.dtype
         D, H, KV, Dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         kw = dict(rngs=rngs, param_dtype=pd, dtype=dt)
@@ -60,12 +63,13 @@ class Attention(nnx.Module):
             self.q_norm = self.k_norm = None
         self.num_kv_heads, self.group = KV, cfg.group_size
         self.scale = Dh ** -0.5
+        self.window = int(window)
 
     def __call__(self, x_BxTxD, *, cos, sin, mask_BxTxS, layer_cache=None, index_B=None, segment_ids_BxT=None):
         """Returns (out_BxTxD, (k_cache, v_cache) or None).
 
-        mask_BxTxS: from `attention_mask`, computed once per forward for all layers; None means
-        the blocked path, which masks by `segment_ids_BxT` itself (no cache).
+        mask_BxTxS: from `attention_mask` with this layer's `window`, computed once per forward for all layers
+        of that window; None means the blocked path, which masks by `segment_ids_BxT` itself (no cache).
         layer_cache: None (keys = this chunk) or (k_BxSxKVxDh, v_BxSxKVxDh); the chunk is written
         at `index_B` per row.
         """
@@ -84,7 +88,7 @@ class Attention(nnx.Module):
         qg = q.reshape(B, T, self.num_kv_heads, self.group, q.shape[-1])
         if mask_BxTxS is None:
             out = blocked_attention(qg, keys.astype(qg.dtype), values.astype(qg.dtype), segment_ids_BxT,
-                                    scale=self.scale)
+                                    scale=self.scale, window=self.window)
             return self.o_proj(out.reshape(B, T, -1, q.shape[-1])), new_cache
         scores = jnp.einsum("btngk,bsnk->bngts", qg, keys.astype(qg.dtype),
                             preferred_element_type=jnp.float32) * self.scale

@@ -1,7 +1,13 @@
 """`ModelConfig`: the one description of a decoder, read from HF `config.json` or GGUF metadata.
 
 Families: `llama` (incl. Llama-3.x RoPE scaling, SmolLM2), `qwen2` (q/k/v bias), `qwen3`
-(per-head q/k RMSNorm). `ModelConfig.from_hf_dict(d)` reads a `config.json` dict (both the
+(per-head q/k RMSNorm), `mistral` (Llama's layout with sliding-window attention in every layer).
+
+Sliding-window attention (`sliding_window` W > 0, in the layers `sliding_layers`): a query at slot i attends
+to the keys at slots j with i - W < j <= i (W keys, itself included), the convention of transformers 5's
+`masking_utils.sliding_window_overlay` (`kv_idx > q_idx - sliding_window`). Mistral applies it in every layer
+(`sliding_window: null` in its config.json means none); Qwen2/Qwen3 only when `use_sliding_window` is true, in
+the layers `layer_types` marks "sliding_attention" (by default those from `max_window_layers` on). `ModelConfig.from_hf_dict(d)` reads a `config.json` dict (both the
 transformers-5 `rope_parameters` form and the older top-level `rope_theta` / `rope_scaling`);
 `reasoner.models.gguf.config_from_gguf(reader)` reads GGUF metadata; `to_hf_dict()` writes a
 `config.json` that `transformers.AutoModelForCausalLM` accepts.
@@ -16,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-FAMILIES = ("llama", "qwen2", "qwen3")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -55,6 +61,10 @@ class ModelConfig:
     # "auto": query-blocked attention (`blocked_attention.py`) on CPU for sequences of at least
     # 128 tokens without a cache, dense otherwise; "dense" / "blocked" force one.
     attention: str = "auto"
+    # Sliding-window attention: 0 = none; else the keys a query sees (itself included) in the layers listed
+    # in `sliding_layers` (None = every layer; normalised to the tuple of indices).
+    sliding_window: int = 0
+    sliding_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -69,6 +79,22 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise UnsupportedModelError(f"head_dim={self.head_dim} must be even for RoPE")
+        if isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int) or self.sliding_window < 0:
+            raise ValueError(f"sliding_window={self.sliding_window!r}; expected an int >= 0 (0 = no window)")
+        layers = self.sliding_layers
+        if layers is None:
+            layers = tuple(range(self.num_layers)) if self.sliding_window else ()
+        layers = tuple(sorted(int(i) for i in layers))
+        if any(not 0 <= i < self.num_layers for i in layers) or len(set(layers)) != len(layers):
+            raise ValueError(f"sliding_layers={self.sliding_layers!r}; expected distinct layer indices in "
+                             f"[0, {self.num_layers})")
+        if layers and not self.sliding_window:
+            raise ValueError(f"sliding_layers={layers} without a sliding_window; expected sliding_window > 0")
+        object.__setattr__(self, "sliding_layers", layers)
+
+    def layer_window(self, layer: int) -> int:
+        """The attention window of layer `layer`: `sliding_window`, or 0 (full causal attention)."""
+        return self.sliding_window if layer in self.sliding_layers else 0
 
     @property
     def group_size(self) -> int:
@@ -88,19 +114,19 @@ class ModelConfig:
         """Builds a config from a HF `config.json` dict; `overrides` set dtype/remat etc."""
         model_type = d.get("model_type")
         archs = d.get("architectures") or []
-        family = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama"}.get(model_type)
+        family = model_type if model_type in FAMILIES else None
         if family is None:
             raise UnsupportedModelError(
                 f"{source}: unsupported model_type {model_type!r} (architectures={archs}); "
-                f"expected one of llama, qwen2, qwen3"
+                f"expected one of {', '.join(FAMILIES)}"
             )
         if d.get("mlp_bias"):
             raise UnsupportedModelError(f"{source}: mlp_bias=true is not supported")
         if d.get("hidden_act", "silu") != "silu":
             raise UnsupportedModelError(f"{source}: hidden_act={d.get('hidden_act')!r}; expected 'silu'")
-        if d.get("use_sliding_window"):
-            raise UnsupportedModelError(f"{source}: sliding-window attention is not supported")
         heads = int(d["num_attention_heads"])
+        num_layers = int(d["num_hidden_layers"])
+        window, window_layers = _sliding_window(d, family, num_layers, source)
         rope = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
         theta = float(rope.pop("rope_theta", d.get("rope_theta", 10000.0)))
         rope_type = rope.pop("rope_type", rope.pop("type", "default")) or "default"
@@ -120,7 +146,7 @@ class ModelConfig:
             vocab_size=int(d["vocab_size"]),
             hidden_size=int(d["hidden_size"]),
             intermediate_size=int(d["intermediate_size"]),
-            num_layers=int(d["num_hidden_layers"]),
+            num_layers=num_layers,
             num_heads=heads,
             num_kv_heads=int(d.get("num_key_value_heads") or heads),
             head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
@@ -128,20 +154,23 @@ class ModelConfig:
             rope_type=rope_type,
             rope_scaling=tuple(sorted((k, float(rope[k])) for k in keep)),
             rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-            tie_embeddings=bool(d.get("tie_word_embeddings", family != "llama")),
+            tie_embeddings=bool(d.get("tie_word_embeddings", family not in ("llama", "mistral"))),
             qkv_bias=True if family == "qwen2" else attention_bias,
             o_bias=False if family == "qwen2" else attention_bias,
             qk_norm=family == "qwen3",
             max_position_embeddings=int(d.get("max_position_embeddings", 8192)),
             bos_token_id=d.get("bos_token_id"),
             eos_token_id=eos,
+            sliding_window=window,
+            sliding_layers=window_layers,
         )
         cfg.update(overrides)
         return cls(**cfg)
 
     def to_hf_dict(self) -> dict[str, Any]:
         """A `config.json` dict that transformers' `AutoConfig`/`AutoModelForCausalLM` load."""
-        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[self.family]
+        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                "mistral": "MistralForCausalLM"}[self.family]
         rope = {"rope_type": self.rope_type, "rope_theta": self.rope_theta, **self.rope_scaling_dict}
         if "original_max_position_embeddings" in rope:
             rope["original_max_position_embeddings"] = int(rope["original_max_position_embeddings"])
@@ -167,10 +196,46 @@ class ModelConfig:
             "eos_token_id": self.eos_token_id,
             "torch_dtype": "float32",
         }
-        if self.family == "qwen2":
-            d["use_sliding_window"] = False
-        else:
+        if self.family in ("qwen2", "qwen3"):
+            d["use_sliding_window"] = bool(self.sliding_window)
+            if self.sliding_window:
+                d["sliding_window"] = self.sliding_window
+                d["layer_types"] = ["sliding_attention" if self.layer_window(i) else "full_attention"
+                                    for i in range(self.num_layers)]
+        if self.family == "mistral":
+            # transformers' Mistral has one window for all layers (None = full attention)
+            d["sliding_window"] = self.sliding_window or None
+        if self.family != "qwen2":
             d["attention_bias"] = self.qkv_bias
         if self.family == "llama":
             d["mlp_bias"] = False
         return d
+
+
+def _sliding_window(d: dict[str, Any], family: str, num_layers: int, source: str) -> tuple[int, tuple[int, ...]]:
+    """(window, layers using it) from a config.json dict, as transformers 5 reads it (module docstring)."""
+    if family == "mistral":
+        # transformers' MistralAttention windows every layer even when a config lists layer_types; so do we.
+        window = d.get("sliding_window")
+        return (0, ()) if window is None else (_window_size(window, source), tuple(range(num_layers)))
+    if family in ("qwen2", "qwen3"):
+        if not d.get("use_sliding_window") or d.get("sliding_window") is None:
+            return 0, ()
+        window = _window_size(d["sliding_window"], source)
+        types = d.get("layer_types")
+        if types is not None:
+            if len(types) != num_layers or any(t not in ("full_attention", "sliding_attention") for t in types):
+                raise UnsupportedModelError(f"{source}: layer_types={types!r}; expected {num_layers} entries of "
+                                            f"'full_attention' / 'sliding_attention'")
+            return window, tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+        first = int(d.get("max_window_layers", 28))
+        return window, tuple(range(min(first, num_layers), num_layers))
+    if d.get("use_sliding_window") or d.get("sliding_window"):
+        raise UnsupportedModelError(f"{source}: sliding-window attention in a {family} config is not supported")
+    return 0, ()
+
+
+def _window_size(value: Any, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UnsupportedModelError(f"{source}: sliding_window={value!r}; expected a positive int or null")
+    return value

@@ -1,4 +1,4 @@
-"""The Flax NNX decoder shared by Llama, Qwen2 and Qwen3 checkpoints.
+"""The Flax NNX decoder shared by Llama, Qwen2, Qwen3 and Mistral checkpoints.
 
 Public API
 ----------
@@ -8,7 +8,8 @@ Public API
 `model(tokens_BxT, *, positions_BxT, segment_ids_BxT=None, cache=None) -> (logits_BxTxV, cache)`
   - `positions_BxT` int32: RoPE positions (restart at 0 for each packed document).
   - `segment_ids_BxT` int32: 0 = padding; tokens attend only to earlier tokens of the same
-    segment (packing, left/right padding). None = all ones.
+    segment (packing, left/right padding), and in sliding-window layers (`cfg.layer_window`) only to
+    the last `window` slots. None = all ones.
   - `cache`: a `KVCache` from `init_cache` or None. With a cache, row b writes its T new keys at
     slots `cache.index_B[b] .. + T` and attends to every earlier valid slot of its segment; the
     returned cache has `index_B + T`. Rows may sit at different offsets (multi-turn continuation);
@@ -72,10 +73,10 @@ CACHE_SEG_AXES = ("batch", "cache_seq")
 class Block(nnx.Module):
     """Pre-norm transformer layer: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, window: int = 0):
         kw = dict(eps=cfg.rms_norm_eps, axis_name="embed", rngs=rngs, param_dtype=cfg.param_dtype)
         self.attn_norm = RMSNorm(cfg.hidden_size, **kw)
-        self.attn = Attention(cfg, rngs=rngs)
+        self.attn = Attention(cfg, rngs=rngs, window=window)
         self.mlp_norm = RMSNorm(cfg.hidden_size, **kw)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, rngs=rngs,
                           param_dtype=cfg.param_dtype, dtype=cfg.dtype)
@@ -93,7 +94,7 @@ class Decoder(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         self.embed = make_param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), dtype=cfg.param_dtype)
-        self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.layers = nnx.List([Block(cfg, rngs=rngs, window=cfg.layer_window(i)) for i in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, axis_name="embed", rngs=rngs,
                                   param_dtype=cfg.param_dtype)
         self.lm_head = None if cfg.tie_embeddings else make_param(
@@ -119,12 +120,15 @@ class Decoder(nnx.Module):
             kv_seg = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))(
                 cache.segment_ids_BxS, segment_ids_BxT, index_B)
             q_slot_BxT = q_slot_BxT + index_B[:, None]
-        # one mask for all layers (None: the blocked path masks by segment ids itself)
-        mask_BxTxS = None if use_blocked(cfg, T, cache is not None) else attention_mask(
-            segment_ids_BxT, q_slot_BxT, kv_seg, jnp.arange(kv_seg.shape[1], dtype=jnp.int32))
+        # one mask per distinct window for all layers (None: the blocked path masks by segment ids itself)
+        blocked = use_blocked(cfg, T, cache is not None)
+        kv_slot = jnp.arange(kv_seg.shape[1], dtype=jnp.int32)
+        masks = {w: None if blocked else attention_mask(segment_ids_BxT, q_slot_BxT, kv_seg, kv_slot, window=w)
+                 for w in {block.attn.window for block in self.layers}}
         new_k, new_v = [], []
         for i, block in enumerate(self.layers):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
+            mask_BxTxS = masks[block.attn.window]
             if cfg.remat:
                 x, lc = nnx.remat(lambda b, *a: b(*a))(block, x, cos, sin, mask_BxTxS, layer_cache, index_B,
                                                        segment_ids_BxT)

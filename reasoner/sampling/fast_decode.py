@@ -21,6 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from reasoner.models.attention import window_visible
 from reasoner.models.decoder import KVCache
 from reasoner.models.rope import apply_rope, rope_tables
 
@@ -56,7 +57,8 @@ def decode_logits(model, tokens_B: jax.Array, cache: KVCache):
     cos, sin = rope_tables(index_B[:, None], model.inv_freq)
     seg = jax.vmap(lambda s, i: jax.lax.dynamic_update_slice(s, jnp.ones((1,), s.dtype), (i,)))(
         cache.segment_ids_BxS, index_B)
-    valid_BxS = (seg != 0) & (jnp.arange(S, dtype=jnp.int32)[None, :] <= index_B[:, None])
+    slots_1xS = jnp.arange(S, dtype=jnp.int32)[None, :]
+    valid_BxS = (seg != 0) & (slots_1xS <= index_B[:, None])
     new_k, new_v = [], []
     for i, block in enumerate(model.layers):
         attn = block.attn
@@ -71,7 +73,8 @@ def decode_logits(model, tokens_B: jax.Array, cache: KVCache):
         qg = q[:, 0].reshape(B, attn.num_kv_heads, attn.group, q.shape[-1])  # [B, KV, G, Dh]
         scores = jnp.einsum("bngk,bnsk->bngs", qg, k_cache.astype(qg.dtype),
                             preferred_element_type=jnp.float32) * attn.scale
-        scores = jnp.where(valid_BxS[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
+        visible_BxS = valid_BxS & window_visible(index_B[:, None], slots_1xS, attn.window)  # sliding-window layers
+        scores = jnp.where(visible_BxS[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(qg.dtype)
         out = jnp.einsum("bngs,bnsk->bngk", probs, v_cache.astype(qg.dtype))
         x = x + attn.o_proj(out.reshape(B, 1, -1, q.shape[-1]))

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from reasoner.models.attention import window_visible
 from reasoner.models.decoder import KVCache
 from reasoner.models.rope import apply_rope, rope_tables
 from reasoner.sampling.engine import EOS, LENGTH, RUNNING
@@ -97,7 +98,8 @@ def _record(state: SlotState, tokens_S, sample_logp_S, model_logp_S, active_S) -
 def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPools):
     """Feeds one token per slot at `positions_S` through the block table; returns (logits_SxV f32, pools).
 
-    Attention reads the J blocks of `table_SxJ` per slot and masks positions after the slot's own.
+    Attention reads the J blocks of `table_SxJ` per slot and masks positions after the slot's own (and, in
+    sliding-window layers, those `attn.window` or more before it).
     A position whose block column is outside the J columns (only done rows, writing past their
     capacity) is redirected to the null block.
     """
@@ -110,7 +112,7 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
     block_S = jnp.where(col < J, jnp.take_along_axis(table_SxJ, jnp.minimum(col, J - 1)[:, None], axis=1)[:, 0],
                         NULL_BLOCK)
     offset_S = positions_S % bs
-    visible_SxL = jnp.arange(J * bs, dtype=jnp.int32)[None, :] <= positions_S[:, None]
+    slots_1xL = jnp.arange(J * bs, dtype=jnp.int32)[None, :]
     new_k, new_v = [], []
     for i, block in enumerate(model.layers):
         attn = block.attn
@@ -129,6 +131,7 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
         qg = q[:, 0].reshape(S, attn.num_kv_heads, attn.group, Dh)  # [S, KV, G, Dh]
         scores = jnp.einsum("bngk,nbsk->bngs", qg, keys.astype(qg.dtype),
                             preferred_element_type=jnp.float32) * attn.scale
+        visible_SxL = window_visible(positions_S[:, None], slots_1xL, attn.window)
         scores = jnp.where(visible_SxL[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(qg.dtype)
         out = jnp.einsum("bngs,nbsk->bngk", probs, values.astype(qg.dtype))
