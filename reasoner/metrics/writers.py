@@ -16,6 +16,11 @@ Where the files go (all under `workdir`):
   * "wandb": a W&B run in `wandb/` with the same `kind/name` keys, the config, tables as `wandb.Table`. Mode:
     `log.wandb_mode` if set, else `WANDB_MODE`, else "offline" (`wandb sync workdir/wandb/offline-run-*` uploads
     later; nothing here needs the network). Online runs keep their id in `wandb/run_id` and resume it.
+  * "trackio": a trackio run in trackio's own local store (`$TRACKIO_DIR`, default `~/.cache/huggingface/trackio`,
+    where `trackio show` finds every project: runs of several workdirs side by side, as TRL users have them), project
+    `log.trackio_project` (else `log.wandb_project`), named after the workdir, the same `kind/name` keys, the config,
+    tables as `trackio.Table`; a resumed run continues the same trackio run (`resume="allow"`). trackio's own
+    CPU/GPU sampling threads are off: the trainer logs what it measures.
 
 Failures: an unknown writer name is a ValueError listing the known ones. An optional writer whose package is
 missing, or that raises in any call (disk full, a network error, a bad value), warns once naming the writer and
@@ -39,7 +44,7 @@ from reasoner.metrics.curves import MetricsWriter, _clean
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
 # One name per optional writer: the package it needs (how to install it) and what it builds.
-OPTIONAL = {"tensorboard": "tensorboardX", "wandb": "wandb"}
+OPTIONAL = {"tensorboard": "tensorboardX", "wandb": "wandb", "trackio": "trackio"}
 KNOWN = ("jsonl", *OPTIONAL)
 
 
@@ -243,6 +248,48 @@ class WandbWriter:
             self.run = None
 
 
+class TrackioWriter:
+    """One trackio run (opened at the first call, with the config when `hparams` comes first, as the loops call it)
+    logging `kind/name` keys at `step`; see the module docstring."""
+
+    def __init__(self, workdir, *, project: str = "reasoner", name: str = ""):
+        import trackio  # noqa: F401 - a missing package is reported when the writer is opened
+
+        self.project = project or "reasoner"
+        self.name = name or pathlib.Path(workdir).resolve().name
+        self.run = None
+
+    def _run(self, config: Mapping[str, Any] | None = None):
+        if self.run is None:
+            import trackio
+
+            self.run = trackio.init(project=self.project, name=self.name, config=dict(config or {}), resume="allow",
+                                    auto_log_cpu=False, auto_log_gpu=False)
+        return self.run
+
+    def write(self, step: int, kind: str, **scalars: Any) -> None:
+        self._run().log({tag(kind, k): v for k, v in numeric(scalars).items()}, step=int(step))
+
+    def hparams(self, params: Mapping[str, Any]) -> None:
+        if self.run is None:
+            self._run(params)
+        else:
+            self.run.config.update(dict(params))
+
+    def table(self, step: int, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        import trackio
+
+        if rows:
+            columns = list(rows[0])
+            data = [[_clean(r.get(c)) for c in columns] for r in rows]
+            self._run().log({name: trackio.Table(columns=columns, data=data)}, step=int(step))
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
 # ---------------------------------------------------------------------------------------------- fan-out
 class Writers:
     """JSONL plus the optional writers; `path`, `enabled` and `truncate_after` are the JSONL log's (the loops
@@ -331,6 +378,9 @@ def open_writers(workdir, *, log=None, enabled: bool = True) -> Writers:
                 out.optional[name] = WandbWriter(workdir, project=_log_setting(log, "wandb_project", ""),
                                                  name=_log_setting(log, "wandb_name", ""),
                                                  mode=_log_setting(log, "wandb_mode", ""))
+            elif name == "trackio":
+                out.optional[name] = TrackioWriter(
+                    workdir, project=_log_setting(log, "trackio_project", "") or _log_setting(log, "wandb_project", ""))
         except ImportError as err:
             out.disable(name, ImportError(f"{err}; pip install {OPTIONAL[name]}"), when="open")
     return out

@@ -1,5 +1,5 @@
 """Metric writers (reasoner.metrics.writers): what TensorBoard's own EventAccumulator and W&B's own reader
-(`wandb leet inspect --json` on the offline `.wandb` log) read back is exactly what was logged; a failing writer
+(`wandb leet inspect --json` on the offline `.wandb` log) and trackio's own store read back is exactly what was logged; a failing writer
 warns once and the run goes on with metrics.jsonl intact; bad names and missing packages.
 
 Exactness: TensorBoard stores a scalar as float32 (`simple_value`), so the read value must equal the logged value
@@ -10,6 +10,7 @@ the Python float that was logged.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from reasoner.config import apply_overrides
 from reasoner.metrics.curves import read_metrics
 from reasoner.metrics.writers import completion_rows, flatten_config, open_writers, writer_names
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOSSES = {1: 0.75, 2: 0.5, 3: 1 / 3, 4: 0.1}  # 1/3 and 0.1 are not float32-exact: rounding shows
 
 
@@ -331,3 +333,43 @@ def test_grpo_logs_its_sample_completions_table(tmp_path):
     ea = _accumulator(workdir / "tensorboard")
     assert set(_text(ea, "completions")) == {2}
     assert _scalars(ea, "train/reward") == {h["step"]: np.float32(h["reward"]) for h in result.history}
+
+
+_TRACKIO_SCRIPT = r"""
+import json, sys
+from configs import common
+from reasoner.metrics.writers import open_writers
+from trackio.sqlite_storage import SQLiteStorage
+
+losses = json.loads(sys.argv[2])
+writer = open_writers(sys.argv[1], log=common.log(writers="jsonl,trackio", trackio_project="writers-test"))
+writer.hparams({"optim.lr": 3e-4, "model.name": "tiny"})
+for step, loss in losses.items():
+    writer.write(int(step), "train", loss=loss, lr=1e-3 * int(step))
+writer.write(4, "eval", **{"eval/reward": 0.25})
+writer.table(4, "completions", [{"prompt": "p", "completion": "c", "reward": 0.5}])
+writer.close()
+print(json.dumps({"logs": SQLiteStorage.get_logs("writers-test", "run"),
+                  "config": SQLiteStorage.get_run_config("writers-test", "run")}, default=str))
+"""
+
+
+def test_trackio_run_holds_the_logged_values(tmp_path):
+    """trackio reads its store's location ($TRACKIO_DIR) when imported, so the run is written and read back by a
+    fresh process with the store in this test's folder."""
+    pytest.importorskip("trackio")
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _TRACKIO_SCRIPT, str(tmp_path / "run"),
+                           json.dumps({str(k): v for k, v in LOSSES.items()})],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith('{"logs"')))
+    history: dict[int, dict] = {}
+    for record in out["logs"]:
+        history.setdefault(record["step"], {}).update(record)
+    assert sorted(history) == [1, 2, 3, 4]
+    assert {s: history[s]["train/loss"] for s in LOSSES} == LOSSES
+    assert {s: history[s]["train/lr"] for s in LOSSES} == {s: 1e-3 * s for s in LOSSES}
+    assert history[4]["eval/reward"] == 0.25
+    assert history[4]["completions"]["_value"] == [{"prompt": "p", "completion": "c", "reward": 0.5}]
+    assert out["config"]["optim.lr"] == 3e-4 and out["config"]["model.name"] == "tiny"
