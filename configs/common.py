@@ -49,12 +49,17 @@ def optim(**changes) -> ml_collections.ConfigDict:
 
 def grpo(**changes) -> ml_collections.ConfigDict:
     """`config.grpo` (`trainers.grpo`; TRL 1.16 GRPOConfig defaults where TRL has the setting). tool "scratchpad"
-    (with max_turns > 1): multi-turn SMT scratchpad rollouts (`reasoner.agents.scratchpad.ScratchpadTool`)."""
+    (with max_turns > 1): multi-turn SMT scratchpad rollouts (`reasoner.agents.scratchpad.ScratchpadTool`); tool
+    "python": the functions `tools` names, as tools (`reasoner.agents.environment.python_tools`)."""
     return _section(dict(num_generations=8, prompts_per_step=1, max_new_tokens=2048, max_completion_tokens=0,
                          temperature=1.0, top_p=1.0, top_k=0, stop=(), loss_type="dapo", beta=0.0, epsilon_low=0.2,
                          epsilon_high=0.2, delta=0.0, use_bias_correction_kl=True, scale_rewards="group",
                          num_iterations=1, mask_truncated=False, grad_accum=1, max_turns=1, tool="",
                          tool_reserve=256,
+                         # tool "python": grpo.tools ["package.module:function", ...] served as tools
+                         # (reasoner.agents.tools): run in the verifier pool ("pool") or trusted threads ("inprocess"),
+                         # each call within tool_timeout_s; tool_finish names the tool that ends an episode
+                         tools=(), tool_mode="pool", tool_timeout_s=10.0, tool_finish="", tool_workers=2,
                          # variants (trainers.grpo_loss): GSPO ratio, RLOO / REINFORCE++ advantages, DAPO options
                          importance_sampling_level="token", advantage_estimator="grpo", normalize_advantages=False,
                          dynamic_sampling=False, overlong_max_len=0, overlong_cache=0), changes, "grpo")

@@ -17,7 +17,8 @@ per-token loss for grpo / bnpo / dr_grpo / dapo, clipping, k3 KL) is `trainers.g
   examples / eval_examples: dataset rows (`trainers.data.as_example`); default from `config.data`.
   reward: a CompositeReward (default: `CompositeReward.from_config(config.rewards)`).
   tool: a multi-turn tool, e.g. `reasoner.agents.scratchpad.ScratchpadTool` (the SMT scratchpad: Hermes tool calls
-    z3_solve / finish, observations as tool messages); default from `config.grpo.tool` ("" = single turn).
+    z3_solve / finish, observations as tool messages) or Python functions as tools
+    (`reasoner.agents.environment.python_tools`); default from `config.grpo.tool` ("" = single turn).
   Runs on `trainers.loop.run_loop` (resume, checkpoints, metrics, preemption). Returns `GRPOResult`.
 
 Choices where TRL leaves room: a completion is truncated iff the sampler stopped it on length (TRL: the last token is
@@ -101,16 +102,11 @@ def check_config(config) -> None:
 
 
 def tool_from_config(config, tokenizer):
-    """The multi-turn tool `config.grpo.tool` names, or None for single-turn rollouts."""
-    name = config.grpo.tool
-    if not name:
-        return None
-    if name == "scratchpad":
-        from reasoner.agents.scratchpad import ScratchpadTool
+    """The multi-turn tool `config.grpo.tool` names ("scratchpad", or "python" with `grpo.tools`), or None for
+    single-turn rollouts (`reasoner.agents.environment.tool_from_settings`)."""
+    from reasoner.agents.environment import tool_from_settings
 
-        return ScratchpadTool(tokenizer)
-    raise ValueError(f"grpo.tool={name!r}: expected '' (single turn) or 'scratchpad' (the SMT scratchpad: "
-                     "z3_solve / finish tool calls)")
+    return tool_from_settings(config.grpo, tokenizer)
 
 
 # ============================================================================================== loss

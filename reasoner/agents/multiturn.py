@@ -8,8 +8,9 @@ tokenized and appended to the row's cache; the history is never prefilled again.
 continued (a template that rewrites earlier turns).
 
 `rollout(sampler, prompt_ids=..., examples=..., sampling=..., budget=..., tool=None)` generates `sampling.n`
-completions per prompt and, with a tool (e.g. `reasoner.agents.scratchpad.ScratchpadTool`), continues rows for
-up to `max_turns` turns, the tool's responses masked out of the loss (`tool_mask` 0). Returns a `Rollout`.
+completions per prompt and, with a tool (`reasoner.agents.environment.EnvironmentTool`: the SMT scratchpad's
+`ScratchpadTool`, Python function tools, any `Environment`), continues rows for up to `max_turns` turns, the tool's
+responses masked out of the loss (`tool_mask` 0). Returns a `Rollout`.
 """
 
 from __future__ import annotations
@@ -62,11 +63,13 @@ class ChatCache:
 
 
 class Tool(Protocol):
-    """What `rollout` needs of a multi-turn tool (see `reasoner.agents.scratchpad.ScratchpadTool`)."""
+    """What `rollout` needs of a multi-turn tool (see `reasoner.agents.environment.EnvironmentTool`): the strings
+    that end a turn, `begin` with one example per row, `turn` (row -> completion of this turn; returns row -> the
+    text to append before the next turn, for the rows that go on) and the rows' completions for the rewards."""
 
     stop: tuple[str, ...]
 
-    def begin(self, prompts: Sequence) -> None: ...
+    def begin(self, examples: Sequence[Mapping]) -> None: ...
 
     def turn(self, completions: Mapping[int, object], *, want_next: bool) -> dict[int, str]: ...
 
@@ -78,8 +81,9 @@ class Rollout:
     """B = prompts x G rows (row b: sample b % G of prompt b // G), completion tokens of every turn.
 
     completion_ids / tool_mask (1 = model token, 0 = tool response) / old_logps: per row, the same length.
-    completions: per row, the chat messages of its assistant turns (single turn), or its scratchpad `Trajectory`
-    (multi-turn with a tool: messages, tool calls, observations, answer), for the rewards.
+    completions: per row, the chat messages of its assistant turns (single turn), or what its tool's environment
+    returns (multi-turn: a `reasoner.agents.environment.Trajectory` with messages, tool calls, observations,
+    answer), for the rewards.
     """
 
     prompt_ids: list[list[int]]
@@ -111,7 +115,7 @@ def rollout(sampler, *, prompt_ids: Sequence[Sequence[int]], examples: Sequence[
     multi = tool is not None and max_turns > 1
     if tool is not None:
         sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *tool.stop))))
-        tool.begin([examples[b // n].get("prompt", "") for b in range(len(prompt_ids) * n)])
+        tool.begin([examples[b // n] for b in range(len(prompt_ids) * n)])
     max_len = max(len(p) for p in prompt_ids) + budget + 1
     session = sampler.start([list(p) for p in prompt_ids], sampling, max_len=max_len,
                             reserve=tool_reserve if multi else 0)
