@@ -99,12 +99,8 @@ def baseline(request: dict) -> dict:
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
-    from reasoner.benchmarks import baseline_child
     from reasoner.benchmarks import train_common as tc
-    from reasoner.models.presets import resolve
-    from reasoner.tokenization import load_tokenizer
 
-    tokenizer = load_tokenizer(resolve("smollm2-135m-instruct"))
     prompt, chosen, rejected = _texts(request["seq_len"])
     n = request["batch"] * (request["steps"] + 1)
     data = Dataset.from_dict({"prompt": [prompt] * n, "chosen": [chosen] * n, "rejected": [rejected] * n})
@@ -113,9 +109,4 @@ def baseline(request: dict) -> dict:
                                                 remat=request["remat"]),
                            beta=0.1, loss_type=["sigmoid"], max_length=request["seq_len"],
                            precompute_ref_log_probs=False, dataset_num_proc=None)
-        timer = tc.step_timer_callback()
-        trainer = DPOTrainer(model=baseline_child.load_model(request["model_dir"]), args=config, train_dataset=data,
-                             processing_class=tokenizer, callbacks=[timer])
-        trainer.train()
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return {"step_s": timer.times[1:], "first_loss": losses[0] if losses else float("nan")}
+        return tc.train_trl(DPOTrainer, config, data, model_dir=request["model_dir"])

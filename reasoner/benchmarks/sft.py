@@ -69,10 +69,7 @@ def baseline(request: dict) -> dict:
 
     from reasoner.benchmarks import baseline_child
     from reasoner.benchmarks import train_common as tc
-    from reasoner.models.presets import resolve
-    from reasoner.tokenization import load_tokenizer
 
-    tokenizer = load_tokenizer(resolve("smollm2-135m-instruct"))
     arrays = baseline_child.load_arrays(request)
     rows, masks = arrays["tokens"].tolist(), arrays["loss_mask"].tolist()
     steps = request["steps"]
@@ -82,9 +79,4 @@ def baseline(request: dict) -> dict:
                                                 remat=request["remat"]),
                            max_length=request["seq_len"], packing=False, completion_only_loss=True,
                            dataset_num_proc=None, shuffle_dataset=False)
-        timer = tc.step_timer_callback()
-        trainer = SFTTrainer(model=baseline_child.load_model(request["model_dir"]), args=config, train_dataset=data,
-                             processing_class=tokenizer, callbacks=[timer])
-        trainer.train()
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return {"step_s": timer.times[1:], "first_loss": losses[0] if losses else float("nan")}
+        return tc.train_trl(SFTTrainer, config, data, model_dir=request["model_dir"])

@@ -97,6 +97,22 @@ def step_timer_callback():
     return StepTimer()
 
 
+def train_trl(trainer_cls, config, data, *, model_dir: str) -> dict:
+    """The baseline child's result for TRL's `trainer_cls` (SFTTrainer, DPOTrainer) trained with `config` on the
+    `datasets.Dataset` `data`, from our export in `model_dir`, with SmolLM2's tokenizer: {"step_s": wall seconds of
+    every step after the first (allocator warm-up), "first_loss": TRL's logged loss of the first step}."""
+    from reasoner.benchmarks import baseline_child
+    from reasoner.models.presets import resolve
+    from reasoner.tokenization import load_tokenizer
+
+    timer = step_timer_callback()
+    trainer = trainer_cls(model=baseline_child.load_model(model_dir), args=config, train_dataset=data,
+                          processing_class=load_tokenizer(resolve("smollm2-135m-instruct")), callbacks=[timer])
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return {"step_s": timer.times[1:], "first_loss": losses[0] if losses else float("nan")}
+
+
 def trl_common_args(out_dir: str, *, batch: int, steps: int, remat: bool) -> dict:
     return dict(output_dir=out_dir, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
                 learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,

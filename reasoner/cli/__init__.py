@@ -49,15 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name in COMMAND_MODULES:
+    register_modules(subparsers, "reasoner.cli", COMMAND_MODULES)
+    return parser
+
+
+def register_modules(subparsers, package: str, names) -> None:
+    """Calls `register(subparsers)` of each module `package.name`, in order (the order `--help` shows). A module
+    that is not in this checkout is left out (a command not built here); any other import error propagates."""
+    for name in names:
         try:
-            module = importlib.import_module(f"reasoner.cli.{name}")
+            module = importlib.import_module(f"{package}.{name}")
         except ModuleNotFoundError as err:
-            if err.name == f"reasoner.cli.{name}":
-                continue  # command not built in this checkout
+            if err.name == f"{package}.{name}":
+                continue
             raise
         module.register(subparsers)
-    return parser
 
 
 def _split_traceback_flag(argv: list[str]) -> tuple[list[str], bool]:

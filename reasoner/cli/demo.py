@@ -17,20 +17,39 @@ cedar_table.md and cedar_rewards.png; `--judge-endpoint URL` judges through an O
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import os
 import pathlib
 import sys
 
 
-# method -> (default config under configs/, pipeline module); every pipeline has run(config, workdir=, progress=)
-METHODS = {"astar": "astar_demo.py:cpu", "rlot": "rlot.py:cpu", "smt": "smt_demo.py:cpu",
-           "cedar": "cedar_demo.py:cpu"}
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """How `reasoner demo METHOD` starts its pipeline; every pipeline has run(config, workdir=, progress=) -> dict."""
+
+    config: str  # default config under configs/ (FILE:VARIANT)
+    pipeline: str  # module of the pipeline
+    done_key: str  # the report's entry a finished run fills (empty or missing: the run produced nothing: exit 1)
+    endpoint: tuple[str, str] | None = None  # (argument, config section): `--x-endpoint URL` sets section.endpoint
+    data_key: str | None = None  # the config.data entry that `--data-dir` sets
+    user_errors: tuple[type[Exception], ...] = ()  # raised for bad input (data, config): one line on stderr, exit 2
+
+
+METHODS = {
+    "astar": Method("astar_demo.py:cpu", "reasoner.pipelines.astar", "reports"),
+    "rlot": Method("rlot.py:cpu", "reasoner.pipelines.rlot", "methods"),
+    "smt": Method("smt_demo.py:cpu", "reasoner.pipelines.smt", "reports", endpoint=("teacher_endpoint", "teacher"),
+                  data_key="data_root", user_errors=(FileNotFoundError,)),
+    "cedar": Method("cedar_demo.py:cpu", "reasoner.pipelines.cedar", "models", endpoint=("judge_endpoint", "judge"),
+                    data_key="data_dir", user_errors=(FileNotFoundError, ValueError)),
+}
 
 
 def default_config(method: str = "astar") -> str:
     import configs
 
-    return str(pathlib.Path(configs.__file__).resolve().parent / METHODS[method])
+    return str(pathlib.Path(configs.__file__).resolve().parent / METHODS[method].config)
 
 
 def register(subparsers) -> None:
@@ -78,44 +97,22 @@ def use_single_device(config) -> None:
 def run(args: argparse.Namespace) -> int:
     from reasoner.config import ConfigKeyError
 
+    name = getattr(args, "method", "astar")
     try:
-        config = load(args.config, getattr(args, "config_overrides", []), getattr(args, "method", "astar"))
+        config = load(args.config, getattr(args, "config_overrides", []), name)
     except (ConfigKeyError, FileNotFoundError, ValueError) as err:
         print(f"reasoner demo: {err}", file=sys.stderr)
         return 2
     use_single_device(config)
-    if getattr(args, "method", "astar") == "smt":
-        from reasoner.pipelines.smt import run as run_smt
-
-        if args.teacher_endpoint:
-            config.teacher.endpoint = args.teacher_endpoint
-        if args.data_dir:
-            config.data.data_root = args.data_dir
-        try:
-            summary = run_smt(config, workdir=args.workdir, progress=not args.no_progress)
-        except FileNotFoundError as err:
-            print(f"reasoner demo smt: {err}", file=sys.stderr)
-            return 2
-        return 0 if summary.get("preempted") or summary["reports"] else 1
-    if getattr(args, "method", "astar") == "cedar":
-        from reasoner.pipelines.cedar import run as run_cedar
-
-        if args.judge_endpoint:
-            config.judge.endpoint = args.judge_endpoint
-        if args.data_dir:
-            config.data.data_dir = args.data_dir
-        try:
-            report = run_cedar(config, workdir=args.workdir, progress=not args.no_progress)
-        except (FileNotFoundError, ValueError) as err:
-            print(f"reasoner demo cedar: {err}", file=sys.stderr)
-            return 2
-        return 0 if report.get("preempted") or report.get("models") else 1
-    if getattr(args, "method", "astar") == "rlot":
-        from reasoner.pipelines.rlot import run as run_rlot
-
-        report = run_rlot(config, workdir=args.workdir, progress=not args.no_progress)
-        return 0 if report["methods"] else 1
-    from reasoner.pipelines.astar import run as run_pipeline
-
-    summary = run_pipeline(config, workdir=args.workdir, progress=not args.no_progress)
-    return 0 if summary.get("preempted") or summary["reports"] else 1  # preempted: checkpointed, resumable
+    method = METHODS[name]
+    if method.endpoint and getattr(args, method.endpoint[0], None):
+        config[method.endpoint[1]].endpoint = getattr(args, method.endpoint[0])
+    if method.data_key and getattr(args, "data_dir", None):
+        config.data[method.data_key] = args.data_dir
+    try:
+        report = importlib.import_module(method.pipeline).run(config, workdir=args.workdir,
+                                                              progress=not args.no_progress)
+    except method.user_errors as err:
+        print(f"reasoner demo {name}: {err}", file=sys.stderr)
+        return 2
+    return 0 if report.get("preempted") or report.get(method.done_key) else 1  # preempted: checkpointed, resumable
