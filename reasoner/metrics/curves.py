@@ -97,14 +97,12 @@ def _truncate_jsonl(path: pathlib.Path, step: int) -> None:
 
 
 def read_metrics(path, *, kind: str | None = None) -> list[dict[str, Any]]:
-    """All records of `path` (optionally only one kind), in file order."""
-    out = []
-    for line in pathlib.Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            record = json.loads(line)
-            if kind is None or record.get("kind") == kind:
-                out.append(record)
-    return out
+    """All records of `path` (optionally only one kind), in file order; a bad line is a ValueError naming the file
+    and line (`reasoner.data.jsonl`)."""
+    from reasoner.data.jsonl import iter_jsonl
+
+    records = iter_jsonl(path, what="one metrics record (step, kind, values) per line")
+    return [record for _, record in records if kind is None or record.get("kind") == kind]
 
 
 def metric_series(records, *, keys: list[str] | None = None) -> tuple[dict, dict]:
@@ -152,8 +150,16 @@ def plot_curves(jsonl_path, png_path, *, keys: list[str] | None = None) -> pathl
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
+    return save_figure(fig, png_path, dpi=80)
+
+
+def save_figure(fig, path, *, dpi: int) -> pathlib.Path:
+    """Lays `fig` out, writes it to `path` (PNG at `dpi`) and closes it (pyplot keeps every open figure alive:
+    a long run that plots each evaluation would otherwise hold them all); returns the path."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    png_path = pathlib.Path(png_path)
-    fig.savefig(png_path, dpi=80)
+    path = pathlib.Path(path)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
-    return png_path
+    return path

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -33,6 +33,14 @@ class Interval:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def format_interval(value: Mapping | None, *, missing: str = "n/a") -> str:
+    """An `Interval.as_dict()` as report tables print it, "0.250 [0.100, 0.400]", or `missing` where there is
+    none (a metric without data, such as an efficiency with no correct proof)."""
+    if value is None:
+        return missing
+    return f"{value['estimate']:.3f} [{value['low']:.3f}, {value['high']:.3f}]"
 
 
 def _z(confidence: float) -> float:

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import pathlib
 import time
-from collections.abc import Callable
 
 from reasoner.data.astar_traces import deeprd_records, sft_examples, write_jsonl
+from reasoner.metrics.intervals import format_interval
+from reasoner.pipelines.stages import StageTimer
 from reasoner.tasks.astar import problem_from_record
 
 __all__ = ["run", "build_data", "format_table", "sft_config", "grpo_config"]
@@ -149,10 +150,7 @@ def _eval_settings(config, *, few_shot: int = 0):
 
 
 def _metric(report: dict, key: str) -> str:
-    value = report.get(key)
-    if value is None:
-        return "n/a (no correct proof)"
-    return f"{value['estimate']:.3f} [{value['low']:.3f}, {value['high']:.3f}]"
+    return format_interval(report.get(key), missing="n/a (no correct proof)")
 
 
 def format_table(reports: list[dict]) -> str:
@@ -177,19 +175,6 @@ def _announce(result, results, *, workdir, reference, extra) -> None:
                  extra={**extra, "table": format_table([x.report for x in results]), "complete": False})
 
 
-class _Timer:
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-
-    def stage(self, name: str, fn: Callable):
-        _log(f"stage {name} ...")
-        start = time.perf_counter()
-        out = fn()
-        self.seconds[name] = round(time.perf_counter() - start, 1)
-        _log(f"stage {name} done in {self.seconds[name]:.1f} s")
-        return out
-
-
 def _preempted(stage: str) -> dict:
     _log(f"preempted in stage {stage}: its checkpoint is written; the same command resumes the pipeline there")
     return {"preempted": stage}
@@ -205,7 +190,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    timer = _Timer()
+    timer = StageTimer(_log)
     total_start = time.perf_counter()
     settings = _eval_settings(config)
     _log(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; workdir {workdir}")

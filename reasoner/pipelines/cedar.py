@@ -30,6 +30,7 @@ import time
 from reasoner.data.cedar_mixture import MixtureSpec, build_mixture, write_mixture
 from reasoner.distributed import is_primary
 from reasoner.pipelines.cedar_eval import CedarEvalSettings, evaluate_cedar, format_table
+from reasoner.pipelines.stages import StageTimer
 
 __all__ = ["run", "grpo_config", "make_judge", "composite_reward", "plot_rewards", "default_data_dir"]
 
@@ -112,7 +113,7 @@ def plot_rewards(metrics_path, png_path) -> pathlib.Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from reasoner.metrics.curves import read_metrics
+    from reasoner.metrics.curves import read_metrics, save_figure
 
     records = read_metrics(metrics_path, kind="train")
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -125,11 +126,7 @@ def plot_rewards(metrics_path, png_path) -> pathlib.Path:
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=8)
     ax.set_title("CEDAR-GRPO reward components")
-    fig.tight_layout()
-    png_path = pathlib.Path(png_path)
-    fig.savefig(png_path, dpi=90)
-    plt.close(fig)
-    return png_path
+    return save_figure(fig, png_path, dpi=90)
 
 
 def run(config, *, workdir, progress: bool = True) -> dict:
@@ -142,17 +139,10 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     workdir = pathlib.Path(workdir)
     report_dir = workdir / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
-    seconds: dict[str, float] = {}
+    timer = StageTimer(_log)
+    stage, seconds = timer.stage, timer.seconds
     load = {"start": os.getloadavg()}
     t_all = time.perf_counter()
-
-    def stage(name, fn):
-        _log(f"stage {name} ...")
-        t = time.perf_counter()
-        out = fn()
-        seconds[name] = round(time.perf_counter() - t, 1)
-        _log(f"stage {name} done in {seconds[name]:.1f} s")
-        return out
 
     spec = mixture_spec(config)
     data_dir = pathlib.Path(config.data.data_dir) if config.data.data_dir else default_data_dir()

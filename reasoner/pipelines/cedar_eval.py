@@ -25,7 +25,7 @@ import numpy as np
 
 from reasoner.judges import JudgeCounters, SamplerJudge, judge_messages, score_traces, think_span
 from reasoner.metrics.cedar_process import LEXICONS, count_markers
-from reasoner.metrics.intervals import bootstrap_interval, wilson_interval
+from reasoner.metrics.intervals import bootstrap_interval, format_interval, wilson_interval
 from reasoner.rewards.judged import policy_user_message
 from reasoner.tasks.cedar_verify import record_of, score
 
@@ -115,10 +115,7 @@ def evaluate_cedar(model, tokenizer, rows: Sequence[Mapping], *, judge=None,
 
 
 def _cell(summary: Mapping, key: str) -> str:
-    value = summary.get(key)
-    if value is None:
-        return "n/a"
-    return f"{value['estimate']:.3f} [{value['low']:.3f}, {value['high']:.3f}]"
+    return format_interval(summary.get(key))
 
 
 def format_table(results: Sequence[CedarEvalResult]) -> str:

@@ -31,6 +31,7 @@ import time
 
 from reasoner.data.jsonl import write_jsonl
 from reasoner.distributed import is_primary
+from reasoner.pipelines.stages import StageTimer
 from reasoner.tasks.logic_llm import FILES
 
 TABLE_KEYS = ("pass@{k}", "pass^{k}", "avg@{k}", "vcr", "soundness")
@@ -135,6 +136,8 @@ def plot(reports: list[dict], k: int, path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from reasoner.metrics.curves import save_figure
+
     keys = [key.format(k=k) for key in TABLE_KEYS]
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / max(1, len(reports))
@@ -149,9 +152,7 @@ def plot(reports: list[dict], k: int, path: pathlib.Path) -> None:
     ax.set_ylabel("rate (95% bootstrap interval)")
     ax.set_title(f"Sequent-Prover on {reports[0]['problems']} held-out problems, K = {k}")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def run(config, *, workdir, progress: bool = True) -> dict:
@@ -167,17 +168,10 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
     workdir = pathlib.Path(workdir)
     (workdir / "report").mkdir(parents=True, exist_ok=True)
-    seconds: dict[str, float] = {}
+    timer = StageTimer(_log)
+    stage, seconds = timer.stage, timer.seconds
     start_all = time.perf_counter()
     r, k = config.rollout, int(config.eval.k)
-
-    def stage(name, fn):
-        _log(f"stage {name} ...")
-        start = time.perf_counter()
-        out = fn()
-        seconds[name] = round(time.perf_counter() - start, 1)
-        _log(f"stage {name} done in {seconds[name]:.1f} s")
-        return out
 
     train, test = stage("data", lambda: load_splits(config))
     _log(f"data: {len(train)} train / {len(test)} held-out problems from {', '.join(config.data.datasets)}")

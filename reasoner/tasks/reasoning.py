@@ -18,6 +18,7 @@ import dataclasses
 import json
 import pathlib
 
+from reasoner.data.jsonl import read_jsonl
 from reasoner.tasks.answers import extract_answer, gold_number, is_correct
 
 TASKS = ("gsm8k", "strategyqa", "math500", "proofwriter", "folio", "prontoqa")
@@ -41,10 +42,6 @@ class Problem:
     kind: str
 
 
-def _jsonl(path: pathlib.Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def load_task(data_root, task: str, *, split: str = "test", limit: int | None = None) -> list[Problem]:
     """The problems of `task` from the staged data under `data_root` (first `limit`, file order)."""
     root = pathlib.Path(data_root)
@@ -53,7 +50,7 @@ def load_task(data_root, task: str, *, split: str = "test", limit: int | None = 
     if task == "gsm8k":
         if split not in ("train", "test"):
             raise ValueError(f"gsm8k split {split!r}: expected train or test")
-        rows = _jsonl(root / "gsm8k" / f"{split}.jsonl")[:limit]
+        rows = read_jsonl(root / "gsm8k" / f"{split}.jsonl", what="one GSM8K problem (question, answer)")[:limit]
         return [Problem(id=f"gsm8k/{split}/{i}", task=task, question=r["question"].strip(),
                         gold=gold_number(r["answer"]), kind="number") for i, r in enumerate(rows)]
     if task == "strategyqa":
@@ -61,7 +58,7 @@ def load_task(data_root, task: str, *, split: str = "test", limit: int | None = 
         return [Problem(id=f"strategyqa/{r['qid']}", task=task, question=r["question"].strip(),
                         gold="yes" if r["answer"] else "no", kind="boolean") for r in rows]
     if task == "math500":
-        rows = _jsonl(root / "math500" / "test.jsonl")[:limit]
+        rows = read_jsonl(root / "math500" / "test.jsonl", what="one MATH-500 problem (problem, answer)")[:limit]
         return [Problem(id=r.get("unique_id", f"math500/{i}"), task=task, question=r["problem"].strip(),
                         gold=str(r["answer"]).strip(), kind="text") for i, r in enumerate(rows)]
     from reasoner.tasks.logic_llm import load_problems

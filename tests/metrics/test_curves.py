@@ -23,3 +23,16 @@ def test_plot_writes_a_png(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     png = plot_curves(path, tmp_path / "curves.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_read_metrics_filters_kinds_and_names_a_bad_line(tmp_path):
+    import pytest
+
+    from reasoner.metrics.curves import read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in RECORDS) + "\n\n")
+    assert read_metrics(path) == RECORDS and read_metrics(path, kind="eval") == RECORDS[2:]
+    path.write_text(json.dumps(RECORDS[0]) + '\n{"step": 2, "kind": "tr\n')  # a write cut short
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not valid JSON"):
+        read_metrics(path)

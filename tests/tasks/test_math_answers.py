@@ -70,3 +70,12 @@ def test_extraction_edge_cases():
     assert extract_answer("text", "nothing") is None
     with pytest.raises(ValueError, match="answer kind"):
         extract_answer("essay", "x")
+
+
+def test_a_bad_line_of_staged_data_is_named_with_its_line(tmp_path):
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "test.jsonl").write_text('{"question": "1 + 1?", "answer": "#### 2"}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=r"gsm8k/test.jsonl:2: expected a JSON object, got list"):
+        load_task(tmp_path, "gsm8k")
+    with pytest.raises(FileNotFoundError, match=r"math500/test.jsonl: no such file"):
+        load_task(tmp_path, "math500")
