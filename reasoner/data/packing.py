@@ -53,17 +53,32 @@ def pack_documents(
 ) -> dict[str, np.ndarray]:
     """Packs (ids, loss_mask) documents into rows; returns int32 arrays [R, seq_len] named as ROW_FIELDS."""
     bins = best_fit_decreasing([len(ids) for ids, _ in docs], capacity=seq_len)
-    rows = len(bins)
+    # within a row, documents keep their input order (the bin order only decides which row)
+    return _fill_rows(docs, [sorted(members) for members in bins], seq_len=seq_len, pad_id=pad_id)
+
+
+def pad_documents(
+    docs: Sequence[tuple[Sequence[int], Sequence[int]]], *, seq_len: int, pad_id: int = 0
+) -> dict[str, np.ndarray]:
+    """One document per row, right-padded (the unpacked layout, used by DPO and as the packing reference)."""
+    for r, (ids, _) in enumerate(docs):
+        if len(ids) > seq_len:
+            raise ValueError(f"document {r} has {len(ids)} tokens, more than the row length {seq_len}")
+    return _fill_rows(docs, [[r] for r in range(len(docs))], seq_len=seq_len, pad_id=pad_id)
+
+
+def _fill_rows(docs, rows: list[list[int]], *, seq_len: int, pad_id: int) -> dict[str, np.ndarray]:
+    """ROW_FIELDS arrays [len(rows), seq_len]: row r holds the documents `rows[r]` (indices into `docs`, which
+    fit) back to back, segments 1, 2, ... in that order, positions restarting at each; padding after them."""
     out = {
-        "tokens": np.full((rows, seq_len), pad_id, np.int32),
-        "positions": np.zeros((rows, seq_len), np.int32),
-        "segment_ids": np.zeros((rows, seq_len), np.int32),
-        "loss_mask": np.zeros((rows, seq_len), np.int32),
+        "tokens": np.full((len(rows), seq_len), pad_id, np.int32),
+        "positions": np.zeros((len(rows), seq_len), np.int32),
+        "segment_ids": np.zeros((len(rows), seq_len), np.int32),
+        "loss_mask": np.zeros((len(rows), seq_len), np.int32),
     }
-    for r, members in enumerate(bins):
+    for r, members in enumerate(rows):
         start = 0
-        # within a row, documents keep their input order (the bin order only decides which row)
-        for seg, i in enumerate(sorted(members), start=1):
+        for seg, i in enumerate(members, start=1):
             ids, mask = docs[i]
             n = len(ids)
             out["tokens"][r, start:start + n] = ids
@@ -71,26 +86,4 @@ def pack_documents(
             out["segment_ids"][r, start:start + n] = seg
             out["loss_mask"][r, start:start + n] = mask
             start += n
-    return out
-
-
-def pad_documents(
-    docs: Sequence[tuple[Sequence[int], Sequence[int]]], *, seq_len: int, pad_id: int = 0
-) -> dict[str, np.ndarray]:
-    """One document per row, right-padded (the unpacked layout, used by DPO and as the packing reference)."""
-    rows = len(docs)
-    out = {
-        "tokens": np.full((rows, seq_len), pad_id, np.int32),
-        "positions": np.zeros((rows, seq_len), np.int32),
-        "segment_ids": np.zeros((rows, seq_len), np.int32),
-        "loss_mask": np.zeros((rows, seq_len), np.int32),
-    }
-    for r, (ids, mask) in enumerate(docs):
-        n = len(ids)
-        if n > seq_len:
-            raise ValueError(f"document {r} has {n} tokens, more than the row length {seq_len}")
-        out["tokens"][r, :n] = ids
-        out["positions"][r, :n] = np.arange(n)
-        out["segment_ids"][r, :n] = 1
-        out["loss_mask"][r, :n] = mask
     return out

@@ -43,6 +43,18 @@ def _write(cache_BxKVxSxDh: jax.Array, new_BxKVxDh: jax.Array, index_B: jax.Arra
         cache_BxKVxSxDh, new_BxKVxDh.astype(cache_BxKVxSxDh.dtype), index_B)
 
 
+def layer_qkv(block, x_BxTxD: jax.Array, cos, sin):
+    """q [B, T, H, Dh], k and v [B, T, KV, Dh] of one decoder layer for new tokens: its attention norm, the q/k/v
+    projections (with their LoRA adapters), the per-head q/k norms (Qwen3) and RoPE, in `Attention.__call__`'s order
+    (shared by this decode step and the paged one)."""
+    attn = block.attn
+    h = block.attn_norm(x_BxTxD)
+    q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
+    if attn.q_norm is not None:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
 def decode_logits(model, tokens_B: jax.Array, cache: KVCache):
     """Feeds one token per row at slot/position `cache.index_B`; returns (logits_BxV f32, cache).
 
@@ -62,11 +74,7 @@ def decode_logits(model, tokens_B: jax.Array, cache: KVCache):
     new_k, new_v = [], []
     for i, block in enumerate(model.layers):
         attn = block.attn
-        h = block.attn_norm(x)
-        q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)  # [B, 1, H|KV, Dh]
-        if attn.q_norm is not None:
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = layer_qkv(block, x, cos, sin)  # [B, 1, H|KV, Dh]
         k_cache, v_cache = _write(cache.k[i], k[:, 0], index_B), _write(cache.v[i], v[:, 0], index_B)
         new_k.append(k_cache)
         new_v.append(v_cache)

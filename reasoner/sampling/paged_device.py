@@ -30,8 +30,9 @@ from flax import nnx, struct
 
 from reasoner.models.attention import window_visible
 from reasoner.models.decoder import KVCache
-from reasoner.models.rope import apply_rope, rope_tables
+from reasoner.models.rope import rope_tables
 from reasoner.sampling.engine import EOS, LENGTH, RUNNING
+from reasoner.sampling.fast_decode import layer_qkv
 from reasoner.sampling.paged_cache import NULL_BLOCK, PagedPools, gather_blocks, write_tokens
 from reasoner.sampling.processors import DecodeSpec, choose_tokens
 
@@ -116,11 +117,7 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
     new_k, new_v = [], []
     for i, block in enumerate(model.layers):
         attn = block.attn
-        h = block.attn_norm(x)
-        q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)  # [S, 1, H|KV, Dh]
-        if attn.q_norm is not None:
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = layer_qkv(block, x, cos, sin)  # [S, 1, H|KV, Dh]
         kp = write_tokens(pools.k[i], jnp.swapaxes(k[:, 0], 0, 1), block_S, offset_S)
         vp = write_tokens(pools.v[i], jnp.swapaxes(v[:, 0], 0, 1), block_S, offset_S)
         new_k.append(kp)

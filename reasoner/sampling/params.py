@@ -107,6 +107,20 @@ def check_stop_string(tokenizer, stop: str) -> None:
         )
 
 
+def check_request(prompts, params: SamplingParams, *, vocab_size: int, max_len, tokenizer, owner: str
+                  ) -> list[list[int]]:
+    """A request's token-id prompts as lists of ints once the cache size `max_len` (an int >= 2), every prompt
+    (`validate_prompts`) and `params` (`SamplingParams.check_against`) fit this model and tokenizer; raises
+    ValueError naming the input otherwise. Stop strings need the tokenizer: `owner` names the class to pass it to."""
+    if not isinstance(max_len, int) or max_len < 2:
+        raise ValueError(f"max_len={max_len!r}: expected an int >= 2")
+    rows = validate_prompts(prompts, vocab_size=vocab_size, max_len=max_len)
+    params.check_against(vocab_size=vocab_size, max_len=max_len, tokenizer=tokenizer)
+    if params.stop and tokenizer is None:
+        raise ValueError(f"stop strings need a tokenizer: pass one to {owner}(model, tokenizer)")
+    return rows
+
+
 def _check_int(name: str, value, *, low: int, high: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name}={value!r}: expected an int")

@@ -39,7 +39,7 @@ from reasoner.sampling import engine as static_engine
 from reasoner.sampling import paged_device as dev
 from reasoner.sampling.buckets import bucket_length, right_pad
 from reasoner.sampling.paged_cache import BlockAllocator, empty_pools, pool_bytes, prompt_writes
-from reasoner.sampling.params import SamplingParams, validate_prompts
+from reasoner.sampling.params import SamplingParams, check_request
 from reasoner.sampling.processors import row_keys
 from reasoner.sampling.results import Completion
 from reasoner.sampling.scheduler import Distribution, RolloutRequest, Row, Scheduler
@@ -157,13 +157,8 @@ class RolloutEngine:
             raise ValueError(f"prompts: expected a list of token-id lists or strings, got {type(prompts).__name__}")
         prompts = [self._encode(p) if isinstance(p, str) else p for p in prompts]
         limit = max_len if max_len is not None else max(len(p) for p in prompts) + params.max_new_tokens + 1
-        if not isinstance(limit, int) or limit < 2:
-            raise ValueError(f"max_len={limit!r}: expected an int >= 2")
-        rows = validate_prompts(prompts, vocab_size=self.cfg.vocab_size, max_len=limit)
-        params.check_against(vocab_size=self.cfg.vocab_size, max_len=limit, tokenizer=self.tokenizer)
-        if params.stop and self.tokenizer is None:
-            raise ValueError("stop strings need a tokenizer: pass one to RolloutEngine(model, tokenizer)")
-        return rows
+        return check_request(prompts, params, vocab_size=self.cfg.vocab_size, max_len=limit,
+                             tokenizer=self.tokenizer, owner="RolloutEngine")
 
     def _encode(self, text: str) -> list[int]:
         if self.tokenizer is None:

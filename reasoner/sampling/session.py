@@ -27,7 +27,7 @@ from reasoner.distributed import host_get
 from reasoner.sampling import engine
 from reasoner.sampling.buckets import bucket_length, right_pad
 from reasoner.sampling.memory import check_fits
-from reasoner.sampling.params import SamplingParams, validate_prompts
+from reasoner.sampling.params import SamplingParams, check_request
 from reasoner.sampling.processors import DecodeSpec, row_keys
 from reasoner.sampling.results import Completion
 from reasoner.sampling.stops import RowText, decode
@@ -78,12 +78,8 @@ class Sampler:
         if max_len is None:
             longest = max((len(p) for p in prompts), default=1)
             max_len = bucket_length(longest + params.max_new_tokens)
-        if not isinstance(max_len, int) or max_len < 2:
-            raise ValueError(f"max_len={max_len!r}: expected an int >= 2")
-        rows = validate_prompts(prompts, vocab_size=self.cfg.vocab_size, max_len=max_len)
-        params.check_against(vocab_size=self.cfg.vocab_size, max_len=max_len, tokenizer=self.tokenizer)
-        if params.stop and self.tokenizer is None:
-            raise ValueError("stop strings need a tokenizer: pass one to Sampler(model, tokenizer)")
+        rows = check_request(prompts, params, vocab_size=self.cfg.vocab_size, max_len=max_len,
+                             tokenizer=self.tokenizer, owner="Sampler")
         eos = params.eos_ids if params.eos_ids is not None else self._default_eos()
         T = bucket_length(max(len(r) for r in rows), cap=max_len)
         B = len(rows) * params.n

@@ -22,6 +22,18 @@ from collections.abc import Mapping
 _FORMAT = ("## Output Format:\nYou MUST provide your answer in the following format:\n<think>\n"
            "[Think step by step here]\n</think>\n<answer>\n{slot}\n</answer>\n")
 
+# The code requirements and formatting rules B.1.6 (Crypto) and B.1.7 (ListFunction) share, word for word.
+_CODE_RULES = ("- NO IMPORTS allowed.\n"
+               "- NO printing, no input(), no randomness.\n"
+               "- Do not hardcode specific training inputs/outputs; generalize the logic.\n")
+_STRICT_FORMAT = (
+    "STRICT FORMATTING RULES:\n"
+    "- Do NOT use markdown code blocks (like ```python) inside the <answer> tags. Just write raw code.\n"
+    "- Do NOT repeat the code. Write the function exactly once.\n"
+    "- Ensure you close the tag with </answer>.\n"
+    "- The <answer> tag must contain ONLY valid Python code, no comments or explanations outside the function.\n"
+    "- Do NOT write any text before <think> or after </answer>.")
+
 SYSTEM = {
     "uniadilr": (
         "You are an expert in logical reasoning and abductive inference. Your task is to identify which sentences "
@@ -142,16 +154,9 @@ SYSTEM = {
         "- Define EXACTLY one function named transform.\n"
         "- The function takes one argument: s (a string).\n"
         "- It MUST return a string.\n"
-        "- NO IMPORTS allowed.\n"
-        "- NO printing, no input(), no randomness.\n"
-        "- Do not hardcode specific training inputs/outputs; generalize the logic.\n"
-        "- Preserve the behavior implied by the examples for all characters that appear.\n"
-        "STRICT FORMATTING RULES:\n"
-        "- Do NOT use markdown code blocks (like ```python) inside the <answer> tags. Just write raw code.\n"
-        "- Do NOT repeat the code. Write the function exactly once.\n"
-        "- Ensure you close the tag with </answer>.\n"
-        "- The <answer> tag must contain ONLY valid Python code, no comments or explanations outside the function.\n"
-        "- Do NOT write any text before <think> or after </answer>."),
+        + _CODE_RULES
+        + "- Preserve the behavior implied by the examples for all characters that appear.\n"
+        + _STRICT_FORMAT),
     "list_functions": (
         "You are an expert at inferring simple list transformations from examples and expressing them as correct "
         "Python functions.\n"
@@ -169,16 +174,9 @@ SYSTEM = {
         "- The function takes one argument: lst (a list of integers).\n"
         "- It MUST return a list of integers. If the rule results in a single value, return it as a single-element "
         "list (e.g., [val]).\n"
-        "- NO IMPORTS allowed.\n"
-        "- NO printing, no input(), no randomness.\n"
-        "- Do not hardcode specific training inputs/outputs; generalize the logic.\n"
-        "- BE ROBUST: Handle edge cases like empty lists or lists with only 1 element.\n"
-        "STRICT FORMATTING RULES:\n"
-        "- Do NOT use markdown code blocks (like ```python) inside the <answer> tags. Just write raw code.\n"
-        "- Do NOT repeat the code. Write the function exactly once.\n"
-        "- Ensure you close the tag with </answer>.\n"
-        "- The <answer> tag must contain ONLY valid Python code, no comments or explanations outside the function.\n"
-        "- Do NOT write any text before <think> or after </answer>."),
+        + _CODE_RULES
+        + "- BE ROBUST: Handle edge cases like empty lists or lists with only 1 element.\n"
+        + _STRICT_FORMAT),
 }
 
 USER = {

@@ -16,6 +16,7 @@ from reasoner.verifiers import smtlib
 from reasoner.verifiers.curation import curate, dpo_pairs, grounding, problem_entities
 from reasoner.verifiers.entailment import classify
 from reasoner.verifiers.z3_runner import Z3Runner
+from tests.verifiers.test_smtlib import numpy_jsd  # the float64 reference, one copy
 
 # ProntoQA_1: Max is a yumpus; yumpus -> dumpus -> wumpus -> impus -> tumpus; tumpuses are not sour.
 MAX_CONTEXT = """(declare-sort Thing 0)
@@ -153,17 +154,6 @@ def test_prontoqa_trajectories_and_curation(prontoqa, prontoqa_rollouts):
     assert len(dpo_pairs(trajs, curated, max_pairs_per_problem=3)) == 3
 
 
-def _numpy_jsd(a, b):
-    keys = sorted(set(a) | set(b))
-    p = np.array([a.get(k, 0) for k in keys], float)
-    q = np.array([b.get(k, 0) for k in keys], float)
-    p, q = p / p.sum(), q / q.sum()
-    m = (p + q) / 2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(0.5 * np.nansum(np.where(p > 0, p * np.log2(p / m), 0)) +
-                     0.5 * np.nansum(np.where(q > 0, q * np.log2(q / m), 0)))
-
-
 def test_prontoqa_metrics(prontoqa, prontoqa_rollouts):
     entities = {prontoqa.id: problem_entities(prontoqa.context, prontoqa.question)}
     m = smt_metrics(prontoqa_rollouts, entities)
@@ -190,8 +180,8 @@ def test_prontoqa_metrics(prontoqa, prontoqa_rollouts):
             if i != j:
                 for k, v in other.items():
                     peers[k] = peers.get(k, 0) + v
-        across.append(_numpy_jsd(own, peers))
-    drift = _numpy_jsd(smtlib.production_counts(MALFORMED), smtlib.production_counts(MAX_REFUTES_SOUR))
+        across.append(numpy_jsd(own, peers))
+    drift = numpy_jsd(smtlib.production_counts(MALFORMED), smtlib.production_counts(MAX_REFUTES_SOUR))
     sd = m["structural_divergence"]
     assert sd["across"] == pytest.approx(np.mean(across)) and sd["across_tasks"] == 1
     assert sd["within_trajectories"] == 2 and drift > 0.1
