@@ -182,7 +182,10 @@ def generate_completions(model, tokenizer, problems: Sequence[AStarProblem], set
 def _sample(model, tokenizer, prompts: list[list[int]], settings: EvalSettings, *, progress: bool,
             desc: str) -> tuple[list[list[str]], dict]:
     """Greedy or K-sample generation of token-id prompts through the jitted sampler, `settings.batch_size` prompts
-    per call (a short last batch topped up with copies: one compile for every batch)."""
+    per call (a short last batch topped up with copies: one compile for every batch). A batch the sampler's memory
+    check refuses (MemoryError, raised on the host before anything runs; k-shot prompts are several times longer)
+    is retried at half the size, down to one prompt; the size used is reported (`generation.batch_size`). Greedy
+    rows do not depend on the batch; sampled rows are reproducible for a given batch size."""
     from tqdm import tqdm
 
     from reasoner.sampling import Sampler, SamplingParams
@@ -195,14 +198,20 @@ def _sample(model, tokenizer, prompts: list[list[int]], settings: EvalSettings, 
     max_len = bucket_length(max(len(p) for p in prompts) + settings.max_new_tokens)
     texts: list[list[str]] = []
     reasons: Counter = Counter()
-    tokens = 0
+    tokens, lo, batch = 0, 0, settings.batch_size
     start = time.perf_counter()
     bar = tqdm(total=len(prompts), desc=desc, unit="problem", disable=not progress, dynamic_ncols=True)
     try:
-        for lo in range(0, len(prompts), settings.batch_size):
-            chunk = prompts[lo:lo + settings.batch_size]
-            pad = settings.batch_size - len(chunk)
-            out = sampler.generate(chunk + [chunk[-1]] * pad, params, max_len=max_len)
+        while lo < len(prompts):
+            chunk = prompts[lo:lo + batch]
+            try:
+                out = sampler.generate(chunk + [chunk[-1]] * (batch - len(chunk)), params, max_len=max_len)
+            except MemoryError:
+                if batch == 1:
+                    raise
+                batch = max(1, batch // 2)
+                continue
+            lo += len(chunk)
             rows = out[:len(chunk) * settings.num_samples]
             for i in range(len(chunk)):
                 group = rows[i * settings.num_samples:(i + 1) * settings.num_samples]
@@ -215,7 +224,8 @@ def _sample(model, tokenizer, prompts: list[list[int]], settings: EvalSettings, 
     seconds = time.perf_counter() - start
     n_rows = len(prompts) * settings.num_samples
     return texts, {"finish_reasons": dict(reasons), "mean_completion_tokens": tokens / n_rows,
-                   "generation_seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
+                   "generation_seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9),
+                   "batch_size": batch}
 
 
 def score_problems(problems: Sequence[AStarProblem], completions: Sequence[Sequence[str]], *,

@@ -12,7 +12,7 @@ import pytest
 
 from reasoner.data.astar_traces import deeprd_records
 from reasoner.data.deeprd import DeepRDSpec
-from reasoner.evaluation import EvalSettings, build_prompts, evaluate, evaluate_completions
+from reasoner.evaluation import EvalSettings, build_prompts, evaluate, evaluate_completions, generate_completions
 from reasoner.tasks.astar import (few_shot_choice, few_shot_messages, messages_with_shots, problem_from_record,
                                    sft_completion)
 from reasoner.tokenization import chat_ids
@@ -89,6 +89,27 @@ def test_model_sees_the_k_shot_chat_and_is_scored_like_zero_shot(train, test, to
     assert few.report["settings"]["few_shot"] == 2 and zero.report["settings"]["few_shot"] == 0
     assert few.report["generation"]["few_shot"]["mean_shots"] == 2.0
     assert zero.report["generation"]["few_shot"]["k"] == 0
+
+
+def test_a_batch_refused_for_memory_is_generated_at_half_the_size(train, test, tokenizer, monkeypatch):
+    from reasoner.sampling import Sampler
+    from tests.models_shared import TINY, random_decoder
+
+    model = random_decoder(TINY, seed=1, scale=4.0)
+    settings = EvalSettings(few_shot=1, max_new_tokens=4, batch_size=3)
+    whole, stats = generate_completions(model, tokenizer, test, settings, examples=train, progress=False)
+    assert stats["batch_size"] == 3
+    generate = Sampler.generate
+
+    def limited(self, prompts, params, **kwargs):  # the sampler's host-side memory check refuses > 1 row
+        if len(prompts) > 1:
+            raise MemoryError(f"batch of {len(prompts)} rows needs more than is available")
+        return generate(self, prompts, params, **kwargs)
+
+    monkeypatch.setattr(Sampler, "generate", limited)
+    halved, stats = generate_completions(model, tokenizer, test, dataclasses.replace(settings, batch_size=4),
+                                         examples=train, progress=False)
+    assert halved == whole and stats["batch_size"] == 1  # 4 -> 2 -> 1; greedy rows do not depend on the batch
 
 
 def test_configs_give_the_papers_k_to_the_base_model_only():

@@ -163,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
 
         tokenizer = load_tokenizer_for(config.model)
     results = []
+    out = pathlib.Path(args.output or "eval_" + re.sub(r"[^\w.-]+", "_", label))
+    reference = reference_efficiency(problems)
     for k in shots:
         run_settings = dataclasses.replace(settings, few_shot=k, max_new_tokens=budget)
         name = f"{label} ({k}-shot)" if k else label
@@ -172,8 +174,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:  # a prompt that cannot fit the model's context, shots too few for k
             print(f"reasoner eval: {err}", file=sys.stderr)
             return 2
-    out = pathlib.Path(args.output or "eval_" + re.sub(r"[^\w.-]+", "_", label))
-    paths = write_report(results, out, name="eval", reference=reference_efficiency(problems))
+        # rewritten after every K, so a run stopped at a later K keeps the rows it finished
+        paths = write_report(results, out, name="eval", reference=reference)
     print(format_table([r.report for r in results]))
     for r in results:
         generation = r.report["generation"]
