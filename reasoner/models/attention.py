@@ -45,8 +45,8 @@ def write_rows(cache_BxSxKxD: jax.Array, chunk_BxTxKxD: jax.Array, index_B: jax.
 
 
 class Attention(nnx.Module):
-    """Self-attention of one layer; optional q/k/v bias (Qwen2) and per-head q/k RMSNorm (Qwen3); `window` > 0:
-    sliding-window attention (the caller's mask must be built with the same window; `self.window` says which)."""
+    """Self-attention of one layer; optional q/k/v bias (Qwen2) and per-head q/k RMSNorm (Qwen3); `window`
+    > 0: sliding-window attention (the caller's mask must be built with the same window: `self.window`)."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, window: int = 0):
         pd, dt = cfg.param_dtype, cfg.dtype

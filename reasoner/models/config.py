@@ -2,15 +2,16 @@
 
 Families: `llama` (incl. Llama-3.x RoPE scaling, SmolLM2), `qwen2` (q/k/v bias), `qwen3`
 (per-head q/k RMSNorm), `mistral` (Llama's layout with sliding-window attention in every layer).
+`ModelConfig.from_hf_dict(d)` reads a `config.json` dict (both the transformers-5 `rope_parameters`
+form and the older top-level `rope_theta` / `rope_scaling`); `reasoner.models.gguf.config_from_gguf(reader)`
+reads GGUF metadata; `to_hf_dict()` writes a `config.json` that `transformers.AutoModelForCausalLM` accepts.
 
 Sliding-window attention (`sliding_window` W > 0, in the layers `sliding_layers`): a query at slot i attends
 to the keys at slots j with i - W < j <= i (W keys, itself included), the convention of transformers 5's
 `masking_utils.sliding_window_overlay` (`kv_idx > q_idx - sliding_window`). Mistral applies it in every layer
 (`sliding_window: null` in its config.json means none); Qwen2/Qwen3 only when `use_sliding_window` is true, in
-the layers `layer_types` marks "sliding_attention" (by default those from `max_window_layers` on). `ModelConfig.from_hf_dict(d)` reads a `config.json` dict (both the
-transformers-5 `rope_parameters` form and the older top-level `rope_theta` / `rope_scaling`);
-`reasoner.models.gguf.config_from_gguf(reader)` reads GGUF metadata; `to_hf_dict()` writes a
-`config.json` that `transformers.AutoModelForCausalLM` accepts.
+the layers `layer_types` marks "sliding_attention" (by default those from `max_window_layers` on).
+`config_from_gguf` reads no window (Mistral GGUFs are written as llama.cpp's `llama` architecture).
 
 `param_dtype` is the storage dtype of the weights, `dtype` the compute dtype of matmuls;
 norms, RoPE and softmax always run in float32. `remat=True` rematerialises each layer in the

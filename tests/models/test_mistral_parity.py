@@ -168,8 +168,8 @@ def hf_greedy(hf, prompt, n):
 
     hf.generation_config.eos_token_id = None
     with torch.no_grad():
-        out = hf.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                          pad_token_id=0, eos_token_id=None, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+        out = hf.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, pad_token_id=0,
+                          eos_token_id=None, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
     return out[0, len(prompt):].tolist()
 
 
