@@ -11,6 +11,8 @@ Variants:
   None / "cpu": the demo (`reasoner demo rlot`) on the embedded SmolLM2-135M-Instruct: the navigator trained for a
     CPU-sized number of episodes over GSM8K problems the model fails when asked directly (see `env`, `demo`).
   "demo_tiny": the demo's every stage on a random 2-layer model and a handful of problems (tests, smoke runs).
+Transfer: any variant with `--config.demo.navigator=DIR --config.demo.model=OTHER` evaluates the navigator trained in
+DIR with another model (no training).
 """
 
 import ml_collections
@@ -29,9 +31,14 @@ def dqn_paper() -> ml_collections.ConfigDict:
 def env_paper() -> ml_collections.ConfigDict:
     """The environment: max depth 5 and width 5 (the authors' defaults); tokens per block stage and per
     self-evaluation / check-finished reply; prm: outcome | verifier (arithmetic check of GSM8K-style steps) |
-    math_shepherd (the Math-Shepherd protocol over `prm_model`, default the policy model itself)."""
+    math_shepherd (the Math-Shepherd protocol over `prm_model`, default the policy model itself; the published PRM is
+    a Mistral-7B) | astar (the A* step verifier on proof steps; demo.task proofwriter or prontoqa, whose theories
+    are read as logic programs) | z3 (Z3's verdicts on the SMT-LIB scripts a step writes, through a verifier pool
+    of `prm_workers` processes with `prm_timeout_s` per script). prm_unverifiable: the astar / z3 score of a step
+    with nothing to check (no proof block, no script)."""
     return ml_collections.ConfigDict(dict(
-        max_depth=5, max_width=5, max_new_tokens=512, eval_max_new_tokens=160, prm="verifier", prm_model=""))
+        max_depth=5, max_width=5, max_new_tokens=512, eval_max_new_tokens=160, prm="verifier", prm_model="",
+        prm_unverifiable=0.0, prm_timeout_s=10.0, prm_workers=2))
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -44,10 +51,13 @@ def base_config() -> ml_collections.ConfigDict:
     # The demo: task data (data_root "" = ../shared/data beside the checkout), a direct-answer pass over
     # `train_pool` training problems to find the failed ones, navigator training, evaluation on `test` held-out
     # problems of navigator / direct / CoT / CoT-SC (and navigator-SC when navigator_sc = k > 1).
+    # navigator: "" trains one; a DQN run directory (a demo's workdir or its navigator/, or a `reasoner train
+    # configs/rlot.py` workdir) skips the direct pass and training and evaluates that navigator with `model`
+    # (transfer across LLMs, `reasoner.agents.rlot.transfer`).
     c.demo = ml_collections.ConfigDict(dict(
         task="gsm8k", data_root="", train_pool=256, test=256, model="smollm2-135m-instruct", max_len=4096,
         direct_max_new_tokens=32, cot_max_new_tokens=512, sc_samples=5, sc_temperature=0.7, navigator_sc=0,
-        seed=0))
+        navigator="", seed=0))
     return c
 
 

@@ -14,6 +14,11 @@ Stages (each timed):
 Outputs: `<workdir>/report/report.json` (accuracy with Wilson 95% intervals, LLM calls and tokens per problem,
 the most frequent 2- and 3-block sequences of the navigator's test episodes, timings, unparsed-state counts) and
 `<workdir>/report/rlot_training.png` (mean episode return, TD loss and epsilon per batch of episodes).
+
+Transfer (`demo.navigator=DIR`, the paper's navigators moved across LLMs): stages 2 and 3 are skipped; the navigator
+trained in the DQN run at DIR (a demo's workdir or its `navigator/`, or a `reasoner train configs/rlot.py` workdir;
+`reasoner.agents.rlot.transfer`) is evaluated with `demo.model` in stage 4, beside that model's own baselines. The
+report names the run it came from (`navigator_from`) and the episodes it was trained for; it has no training curve.
 """
 
 from __future__ import annotations
@@ -72,30 +77,17 @@ def plot_training(history: list[dict], path: pathlib.Path) -> None:
     plt.close(fig)
 
 
-def run(config, *, workdir, progress: bool = True) -> dict:
-    """Runs every stage (module docstring); returns the report dict (also written to report/report.json)."""
+def _train(config, lm, pool, args, *, workdir, progress: bool, times: dict):
+    """Stages 2-3: the direct pass over the pool, then the navigator trained on the failed problems."""
     from trainers.dqn import train_dqn
 
-    workdir = pathlib.Path(workdir)
-    report_dir = workdir / "report"
-    report_dir.mkdir(parents=True, exist_ok=True)
-    d, e = config.demo, config.env
-    times: dict[str, float] = {}
     tick = time.perf_counter()
-    model, tokenizer = load_model_and_tokenizer(d.model)
-    pool, test = split_problems(config)
-    lm = SamplerLM(model, tokenizer, max_new_tokens=int(e.max_new_tokens), max_len=int(d.max_len), seed=int(d.seed))
-    times["data"] = time.perf_counter() - tick
-    _log(f"{d.task}: pool {len(pool)}, test {len(test)}; model {d.model}")
-
-    tick = time.perf_counter()
-    screen = inference.direct(lm, pool, max_new_tokens=int(d.direct_max_new_tokens))
+    screen = inference.direct(lm, pool, max_new_tokens=int(config.demo.direct_max_new_tokens))
     failed = [p for p, ok in zip(pool, screen.correct) if not ok] or list(pool)
     times["direct_pass"] = time.perf_counter() - tick
     _log(f"direct pass: {len(pool) - sum(screen.correct)} of {len(pool)} failed -> training problems")
 
     tick = time.perf_counter()
-    args = env_args(config, model=model, tokenizer=tokenizer)
     train_env = ThoughtEnv(lm, failed, **args)
 
     def on_batch(b, stats, record):
@@ -106,33 +98,60 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     navigator = train_dqn(train_env, config, workdir=workdir / "navigator", on_batch=on_batch)
     times["train"] = time.perf_counter() - tick
     if navigator.history and is_primary():
-        plot_training(navigator.history, report_dir / "rlot_training.png")
+        plot_training(navigator.history, workdir / "report" / "rlot_training.png")
+    trained = {"training_problems": len(failed), "episodes_trained": int(navigator.state.episodes),
+               "training_history": navigator.history,
+               "training_unparsed_states": {"unparsed": train_env.unparsed_states,
+                                            "evaluated": train_env.evaluated_states}}
+    return navigator, failed, trained
 
+
+def run(config, *, workdir, progress: bool = True) -> dict:
+    """Runs every stage (module docstring); returns the report dict (also written to report/report.json)."""
+    from reasoner.agents.rlot.transfer import load_navigator
+
+    workdir = pathlib.Path(workdir)
+    report_dir = workdir / "report"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    d, e = config.demo, config.env
+    times: dict[str, float] = {}
     tick = time.perf_counter()
-    eval_env = ThoughtEnv(lm, **args)
-    results = [inference.navigate(eval_env, navigator.act, test)]
-    nav_unparsed = (eval_env.unparsed_states, eval_env.evaluated_states)
-    results.append(inference.direct(lm, test, max_new_tokens=int(d.direct_max_new_tokens)))
-    results.append(inference.chain_of_thought(lm, test, max_new_tokens=int(d.cot_max_new_tokens)))
-    results.append(inference.cot_self_consistency(lm, test, k=int(d.sc_samples), temperature=float(d.sc_temperature),
-                                                  max_new_tokens=int(d.cot_max_new_tokens)))
-    if int(d.navigator_sc) > 1:
-        sampling_lm = SamplerLM(model, tokenizer, max_new_tokens=int(e.max_new_tokens), max_len=int(d.max_len),
-                                temperature=float(d.sc_temperature), seed=int(d.seed) + 1)
-        results.append(inference.navigate_self_consistency(ThoughtEnv(sampling_lm, **args), navigator.act, test,
-                                                           k=int(d.navigator_sc)))
-    times["eval"] = time.perf_counter() - tick
+    source = str(d.get("navigator", "") or "")
+    loaded = load_navigator(source) if source else None  # before the model: a wrong path fails in seconds
+    model, tokenizer = load_model_and_tokenizer(d.model)
+    pool, test = split_problems(config)
+    lm = SamplerLM(model, tokenizer, max_new_tokens=int(e.max_new_tokens), max_len=int(d.max_len), seed=int(d.seed))
+    times["data"] = time.perf_counter() - tick
+    _log(f"{d.task}: pool {len(pool)}, test {len(test)}; model {d.model}")
+
+    args = env_args(config, model=model, tokenizer=tokenizer, problems=list(test) + ([] if loaded else list(pool)))
+    try:
+        if loaded is None:
+            navigator, _, trained = _train(config, lm, pool, args, workdir=workdir, progress=progress,
+                                                times=times)
+        else:
+            _log(f"transfer: navigator of {loaded.source} ({loaded.episodes} episodes) with {d.model}")
+            navigator = loaded
+            trained = {"training_problems": 0, "episodes_trained": loaded.episodes, "training_history": [],
+                       "training_unparsed_states": None}
+        results, nav_unparsed = _evaluate(config, lm, args, navigator.act, test, model=model, tokenizer=tokenizer,
+                                          times=times)
+    finally:
+        close = getattr(args["prm"], "close", None)  # the Z3 PRM's verifier pool
+        if close is not None:
+            close()
 
     methods = [_method_summary(r) for r in results]
     episodes = results[0].episodes
     report = {
-        "task": d.task, "model": d.model, "train_pool": len(pool), "training_problems": len(failed),
-        "test": len(test), "navigator_params": navigator.num_params, "episodes_trained": int(navigator.state.episodes),
+        "task": d.task, "model": d.model, "navigator_from": loaded.source if loaded else None,
+        "train_pool": 0 if loaded else len(pool), "test": len(test), "navigator_params": navigator.num_params,
+        **{k: trained[k] for k in ("training_problems", "episodes_trained")},
         "methods": methods,
-        "patterns": {"2": inference.block_patterns(episodes, length=2), "3": inference.block_patterns(episodes, length=3)},
+        "patterns": {n: inference.block_patterns(episodes, length=int(n)) for n in ("2", "3")},
         "navigator_unparsed_states": {"unparsed": nav_unparsed[0], "evaluated": nav_unparsed[1]},
-        "training_unparsed_states": {"unparsed": train_env.unparsed_states, "evaluated": train_env.evaluated_states},
-        "training_history": navigator.history, "seconds": times,
+        "training_unparsed_states": trained["training_unparsed_states"],
+        "training_history": trained["training_history"], "seconds": times,
         "config": {"dqn": config.dqn.to_dict(), "env": config.env.to_dict(), "demo": config.demo.to_dict()},
         "navigator_episodes": [
             {"id": ep.problem.id, "blocks": ep.blocks, "answer": ep.answer, "gold": ep.problem.gold,
@@ -144,9 +163,30 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     print(table, flush=True)
     for n in ("2", "3"):
         _log(f"most frequent {n}-block sequences: " + "; ".join(f"{s} ({c})" for s, c in report["patterns"][n]))
-    _log(f"report: {report_dir / 'report.json'}; training curve: {report_dir / 'rlot_training.png'}; "
-         f"seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    curve = "" if loaded else f"; training curve: {report_dir / 'rlot_training.png'}"
+    _log(f"report: {report_dir / 'report.json'}{curve}; seconds: "
+         + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
     return report
+
+
+def _evaluate(config, lm, args, act, test, *, model, tokenizer, times: dict):
+    """Stage 4: the greedy navigator `act`, direct, CoT, CoT-SC (and navigator-SC) on the test problems."""
+    d, e = config.demo, config.env
+    tick = time.perf_counter()
+    eval_env = ThoughtEnv(lm, **args)
+    results = [inference.navigate(eval_env, act, test)]
+    nav_unparsed = (eval_env.unparsed_states, eval_env.evaluated_states)
+    results.append(inference.direct(lm, test, max_new_tokens=int(d.direct_max_new_tokens)))
+    results.append(inference.chain_of_thought(lm, test, max_new_tokens=int(d.cot_max_new_tokens)))
+    results.append(inference.cot_self_consistency(lm, test, k=int(d.sc_samples), temperature=float(d.sc_temperature),
+                                                  max_new_tokens=int(d.cot_max_new_tokens)))
+    if int(d.navigator_sc) > 1:
+        sampling_lm = SamplerLM(model, tokenizer, max_new_tokens=int(e.max_new_tokens), max_len=int(d.max_len),
+                                temperature=float(d.sc_temperature), seed=int(d.seed) + 1)
+        results.append(inference.navigate_self_consistency(ThoughtEnv(sampling_lm, **args), act, test,
+                                                           k=int(d.navigator_sc)))
+    times["eval"] = time.perf_counter() - tick
+    return results, nav_unparsed
 
 
 def _jsonable(x):

@@ -12,13 +12,16 @@ Implementations:
     padded batch; only the last tag's hidden state is projected onto the vocabulary.
   * `VerifierPRM(check)`: a host verifier of the latest step (`check(question, steps) -> float`), e.g.
     `arithmetic_check`, which recomputes every `expression = value` written in the step (GSM8K-style steps).
-  * `AStarStepPRM(problems)`: the A* step verifier on proof steps of logic programs (DeepRD, ProofWriter).
+  * `AStarStepPRM(problems)`: the A* step verifier on proof steps of logic programs (DeepRD, ProofWriter,
+    ProntoQA: `ProofContext.from_theory` reads their English theories).
+  * `Z3StepPRM(runner)` (`z3_prm.py`): Z3's verdicts on the SMT-LIB scripts a step writes, through the verifier pool.
   * `OutcomeOnlyPRM()`: 0 after every non-terminal block (only the outcome reward remains).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import operator
 import re
@@ -172,18 +175,54 @@ def arithmetic_check(question: str, steps: Sequence[str]) -> float:
     return float(np.mean(verdicts)) if verdicts else 0.5
 
 
-class AStarStepPRM:
-    """The A* step verifier as a PRM for proof problems (DeepRD / ProofWriter logic programs).
+@dataclasses.dataclass(frozen=True)
+class ProofContext:
+    """A logic program and the verbalizer that reads proof steps against it (what `AStarStepPRM` needs of a
+    problem; `reasoner.tasks.astar.AStarProblem` has the same two attributes)."""
 
-    problems: {question text: `reasoner.tasks.astar.AStarProblem`}; the thought's steps are read as proof blocks
-    with the problem's verbalizer (`search.parse`), verified in order against its hypergraph (`search.verify`):
-    the latest step scores 1.0 when it holds at least one block and every block of it is a ground instance of a
-    program rule whose premises are axioms or conclusions of earlier valid blocks, else 0.0.
+    program: object  # search.logic.Program
+    verbalizer: object  # search.verbalize.Verbalizer
+
+    @classmethod
+    def from_theory(cls, text: str, *, theory_id: str = "") -> "ProofContext":
+        """From an English theory in ProofWriter's / ProntoQA's sentence templates (the rules keep their own
+        sentences as rule texts, so a step may quote them). Raises ValueError naming the first unparsed sentence."""
+        from reasoner.data.proofwriter_english import parse_theory_sentences
+        from search.verbalize import Verbalizer
+
+        program, failures, texts = parse_theory_sentences(text, theory_id=theory_id)
+        if failures:
+            raise ValueError(f"theory {theory_id or text[:40]!r}: {failures[0][1]} ({len(failures)} sentence(s) "
+                             f"unparsed); expected ProofWriter/ProntoQA sentence templates")
+        return cls(program=program, verbalizer=Verbalizer(program, dataset="proofwriter", rule_texts=texts))
+
+
+class AStarStepPRM:
+    """The A* step verifier as a PRM for proof problems (DeepRD, ProofWriter and ProntoQA theories).
+
+    problems: {question text: an object with `.program` and `.verbalizer`} (`AStarProblem`, `ProofContext`); the
+    thought's steps are read as proof blocks with the problem's verbalizer (`search.parse`), verified in order
+    against the program's hypergraph (`search.verify`, compiled once per question): the latest step scores 1.0
+    when it holds at least one proof block (a paragraph naming a rule) and every block of it is a ground instance
+    of a program rule whose premises are axioms or conclusions of earlier valid blocks, 0.0 when a block of it is
+    not, and `unverifiable` (default 0.0: a proof task's step should be a checkable inference) when it holds no
+    proof block. The goal plays no part: a valid step toward a false or unknown statement is still valid.
     """
 
-    def __init__(self, problems):
+    def __init__(self, problems, *, unverifiable: float = 0.0):
         self.problems = dict(problems)
+        self.unverifiable = float(unverifiable)
+        self._graphs: dict[str, object] = {}
         self.calls = 0
+
+    def _graph(self, question: str):
+        if question not in self._graphs:
+            from search.hypergraph import compile_program
+
+            if question not in self.problems:
+                raise KeyError(f"AStarStepPRM: no logic program for the question starting {question[:60]!r}")
+            self._graphs[question] = compile_program(self.problems[question].program)
+        return self._graphs[question]
 
     def score(self, questions, steps) -> np.ndarray:
         from search.parse import parse_trace
@@ -192,11 +231,10 @@ class AStarStepPRM:
         self.calls += 1
         out = []
         for q, s in zip(questions, steps):
-            if q not in self.problems:
-                raise KeyError(f"AStarStepPRM: no logic program for the question starting {q[:60]!r}")
-            problem = self.problems[q]
-            before = len(parse_trace("\n\n".join(s[:-1]), problem.verbalizer).steps)
-            parsed = parse_trace("\n\n".join(s), problem.verbalizer).steps
-            latest = verify_steps(problem.scorer.hg, problem.scorer.goal_id, parsed).valid[before:]
-            out.append(1.0 if latest and all(latest) else 0.0)
+            hg = self._graph(q)
+            verbalizer = self.problems[q].verbalizer
+            before = len(parse_trace("\n\n".join(s[:-1]), verbalizer).steps)
+            parsed = parse_trace("\n\n".join(s), verbalizer).steps
+            latest = verify_steps(hg, -1, parsed).valid[before:]
+            out.append(self.unverifiable if not latest else 1.0 if all(latest) else 0.0)
         return np.asarray(out, np.float32)
