@@ -62,14 +62,30 @@ def grpo(**changes) -> ml_collections.ConfigDict:
                          tools=(), tool_mode="pool", tool_timeout_s=10.0, tool_finish="", tool_workers=2,
                          # variants (trainers.grpo_loss): GSPO ratio, RLOO / REINFORCE++ advantages, DAPO options
                          importance_sampling_level="token", advantage_estimator="grpo", normalize_advantages=False,
-                         dynamic_sampling=False, overlong_max_len=0, overlong_cache=0), changes, "grpo")
+                         dynamic_sampling=False, overlong_max_len=0, overlong_cache=0,
+                         # prompt length (trainers.grpo_eval): 0 = no limit; "truncate_left" (TRL) | "drop"
+                         max_prompt_tokens=0, prompt_overflow="truncate_left"), changes, "grpo")
 
 
 def train(**changes) -> ml_collections.ConfigDict:
     """`config.train` (`trainers.loop.run_loop`; batch_size / grad_accum / num_epochs for SFT and DPO, num_steps /
-    eval_every for GRPO)."""
+    eval_every and the validation settings eval_temperature, eval_top_p, eval_batch_prompts, eval_rewards,
+    best_metric, export_best for GRPO: `trainers.grpo_eval`)."""
     return _section(dict(checkpoint_every=200, keep_checkpoints=3, async_checkpoint=True, max_nonfinite_steps=5),
-                    changes, "train", optional=("batch_size", "grad_accum", "num_epochs", "num_steps", "eval_every"))
+                    changes, "train", optional=("batch_size", "grad_accum", "num_epochs", "num_steps", "eval_every",
+                                                "eval_temperature", "eval_top_p", "eval_batch_prompts",
+                                                "eval_rewards", "best_metric", "export_best"))
+
+
+# GRPO's validation settings (`trainers.grpo_eval`): off by default, greedy, every reward function, no best/.
+GRPO_EVAL = dict(eval_every=0, eval_temperature=0.0, eval_top_p=1.0, eval_batch_prompts=8, eval_rewards=(),
+                 best_metric="", export_best=False)
+
+
+def grpo_train(**changes) -> ml_collections.ConfigDict:
+    """`config.train` of a GRPO config: `train` with every validation setting present (so each one can be set
+    from the command line), defaults GRPO_EVAL."""
+    return train(**{**GRPO_EVAL, **changes})
 
 
 def log(**changes) -> ml_collections.ConfigDict:

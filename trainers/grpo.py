@@ -20,13 +20,17 @@ per-token loss for grpo / bnpo / dr_grpo / dapo, clipping, k3 KL) is `trainers.g
     z3_solve / finish, observations as tool messages) or Python functions as tools
     (`reasoner.agents.environment.python_tools`); default from `config.grpo.tool` ("" = single turn).
   Runs on `trainers.loop.run_loop` (resume, checkpoints, metrics, preemption). Returns `GRPOResult`.
+  Validation every `train.eval_every` steps on `eval_examples` (greedy or sampled, some or all reward functions),
+  the best checkpoint by `train.best_metric` in `workdir/best` (highest wins), export of it on request, and
+  `grpo.max_prompt_tokens` (TRL's left truncation, or drop at load): `trainers.grpo_eval`.
 
 Choices where TRL leaves room: a completion is truncated iff the sampler stopped it on length (TRL: the last token is
 not EOS), and `mask_truncated` zeroes those rows in the loss. Old log-probs for num_iterations > 1 are the sampler's
 (temperature-scaled, hence top-k/top-p must be off). Rewards are scored on the host for the batch just generated
 (on-policy); the next rollout needs the updated weights, so the overlap is with the reference forward instead.
 
-Sections: config, loss, steps, one iteration, eval, train (the batch layout: `trainers.grpo_batch`).
+Sections: config, loss, steps, one iteration, train (the batch layout: `trainers.grpo_batch`; validation, prompt
+length and failure counts: `trainers.grpo_eval`).
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ from flax import nnx
 
 from reasoner.agents.multiturn import Rollout, rollout
 from reasoner.models.scoring import completion_logps
+from trainers import grpo_eval
 from trainers import grpo_loss as gl
 from trainers.grpo_batch import GRPOBatch, batch_shardings, pack, prompt_bucket
-from trainers.data import PromptStream, as_example, load_examples, prompt_token_ids
+from trainers.data import PromptStream, as_example, load_examples
 from trainers.loop import LoopResult, run_loop
 from trainers.run import Frozen, Run, setup, with_reference
 from trainers.state import TrainState
@@ -99,6 +104,8 @@ def check_config(config) -> None:
         raise ValueError(f"grpo.max_completion_tokens={g.max_completion_tokens}: expected >= max_new_tokens")
     loss_config(config)
     advantage_config(config)
+    grpo_eval.check_prompt_limit(config)
+    grpo_eval.EvalSettings.from_config(config)
 
 
 def tool_from_config(config, tokenizer):
@@ -224,8 +231,8 @@ def generation_step(steps: GRPOSteps, sampler, state: TrainState, *, examples: S
     c, g, tok = run.config, run.config.grpo, run.tokenizer
     budget = completion_budget(c)
     t0 = time.perf_counter()
-    prompt_ids = [tool.prompt_ids(e["prompt"]) if tool is not None else prompt_token_ids(tok, e["prompt"])
-                  for e in examples]
+    prompt_ids, cut = grpo_eval.encode_prompts(examples, tokenizer=tok, tool=tool,
+                                               max_tokens=grpo_eval.check_prompt_limit(c)[0])
     sampling = SamplingParams(max_new_tokens=int(g.max_new_tokens), temperature=float(g.temperature),
                               top_p=float(g.top_p), top_k=int(g.top_k), n=int(g.num_generations), seed=seed,
                               stop=tuple(g.stop), eos_ids=() if g.get("ignore_eos") else None)
@@ -261,10 +268,8 @@ def generation_step(steps: GRPOSteps, sampler, state: TrainState, *, examples: S
     t3 = time.perf_counter()
     out = {**host_metrics, **stats, **{f"rewards/{k}": v for k, v in rewards.means().items()},
            "completions/mean_length": float(lengths.mean()), "completions/clipped_ratio": float(r.truncated.mean()),
-           "rollout_s": t1 - t0, "reward_wait_s": t2 - t1, "update_s": t3 - t2,
-           "samples_s": len(lengths) / (t3 - t0)}
-    for name, counts in reward.counter_dict().items():
-        out[f"reward_failures/{name}"] = float(counts["errors"] + counts["timeouts"] + counts["non_finite"])
+           "prompts/truncated": float(cut), "rollout_s": t1 - t0, "reward_wait_s": t2 - t1, "update_s": t3 - t2,
+           "samples_s": len(lengths) / (t3 - t0), **grpo_eval.failure_metrics(reward)}
     if table_rows > 0:
         from reasoner.metrics.writers import completion_rows
 
@@ -272,34 +277,6 @@ def generation_step(steps: GRPOSteps, sampler, state: TrainState, *, examples: S
             prompts=[e.get("prompt", "") for e in r.examples], completions=r.texts, total_B=rewards.total_B,
             per_function_BxF=rewards.per_function_BxF, names=rewards.names, max_rows=table_rows)}
     return state, out
-
-
-# ============================================================================================== eval
-def evaluate(run: Run, sampler, state: TrainState, *, examples: Sequence[Mapping], reward, batch_prompts: int = 8,
-             tool=None) -> dict[str, float]:
-    """Greedy (temperature 0) completion of every example: mean weighted reward and each function's mean."""
-    from reasoner.sampling import SamplingParams
-
-    g = run.config.grpo
-    sync_sampler(sampler, run, state.params)
-    totals, per_fn = [], []
-    for start in range(0, len(examples), batch_prompts):
-        chunk = list(examples[start:start + batch_prompts])
-        ids = [tool.prompt_ids(e["prompt"]) if tool is not None else prompt_token_ids(run.tokenizer, e["prompt"])
-               for e in chunk]
-        sampling = SamplingParams(max_new_tokens=int(g.max_new_tokens), temperature=0.0, n=1, stop=tuple(g.stop))
-        r = rollout(sampler, prompt_ids=ids, examples=chunk, sampling=sampling, budget=completion_budget(run.config),
-                    tool=tool, max_turns=int(g.max_turns), tool_reserve=int(g.tool_reserve))
-        rb = reward(r.completions, examples=r.examples)
-        totals.append(np.nan_to_num(rb.total_B, nan=0.0))
-        per_fn.append(rb.per_function_BxF)
-    total = np.concatenate(totals)
-    table = np.concatenate(per_fn)
-    out = {"eval/reward": float(total.mean()), "eval/count": float(len(total))}
-    for i, name in enumerate(reward.names):
-        col = table[:, i]
-        out[f"eval/{name}"] = float(np.nanmean(col)) if np.any(~np.isnan(col)) else float("nan")
-    return out
 
 
 # ============================================================================================== train
@@ -349,33 +326,47 @@ def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_ex
     own_reward, own_tool = reward is None, tool is None
     reward = reward or CompositeReward.from_config([dict(s) for s in config.rewards])
     tool = tool if tool is not None else tool_from_config(config, run.tokenizer)
+    settings = grpo_eval.EvalSettings.from_config(config)
+    examples = grpo_eval.fit_prompts(examples, config=config, tokenizer=run.tokenizer, tool=tool)
+    validating = bool(eval_examples) and settings.every > 0
+    if validating:  # its reward names and best metric are checked only when the pass runs
+        settings.metric_names(reward.names)
+        eval_examples = grpo_eval.fit_prompts(eval_examples, config=config, tokenizer=run.tokenizer, tool=tool,
+                                              what="validation")
+        validating = bool(eval_examples)
+    scorer = grpo_eval.eval_reward(reward, settings) if validating else None
     stream = PromptStream(len(examples), int(config.grpo.prompts_per_step), int(config.seed),
                           total_steps=int(config.train.num_steps))
 
     def update(state, indices):
-        seed = (int(config.seed) * 1_000_003 + stream.step) % 2**32
         every = int(config.log.completions_every) if "log" in config else 0
         return generation_step(steps, sampler, state, examples=[examples[i] for i in indices], reward=reward,
-                               tool=tool, seed=seed, table_rows=int(config.log.completions_rows)
+                               tool=tool, seed=grpo_eval.seed_for(config.seed, stream.step),
+                               table_rows=int(config.log.completions_rows)
                                if every > 0 and stream.step % every == 0 else 0)
 
     def eval_fn(state):
-        return evaluate(run, sampler, state, examples=eval_examples, reward=reward, tool=tool)
+        return grpo_eval.evaluate(run, sampler, state, examples=eval_examples, reward=scorer, settings=settings,
+                                  tool=tool, seed=grpo_eval.seed_for(config.seed, stream.step, salt=1))
 
     def close():
+        if scorer is not None and scorer is not reward:
+            scorer.close()
         if own_reward:
             reward.close()
         if own_tool and tool is not None:
             tool.close()
 
-    loop = run_loop(run, source=stream, update=update, workdir=pathlib.Path(workdir), trainer="grpo",
-                    meta={"trainer": "grpo", "fingerprint": fingerprint(run.state)},
-                    eval_fn=eval_fn if eval_examples else None, eval_every=int(config.train.eval_every),
+    meta = {"trainer": "grpo", "fingerprint": fingerprint(run.state)}
+    loop = run_loop(run, source=stream, update=update, workdir=pathlib.Path(workdir), trainer="grpo", meta=meta,
+                    eval_fn=eval_fn if validating else None, eval_every=settings.every,
+                    best_metric=(settings.best_metric or None) if validating else None, best_mode="max",
                     progress=progress, on_close=close)
     result = GRPOResult(loop=loop, run=run)
     if config.get("export_dir") and not loop.preempted:
         from reasoner.models.export import export_hf
         from trainers.run import merged_for_export
 
-        export_hf(merged_for_export(run, result.state.params), str(config.export_dir), tokenizer=run.tokenizer)
+        params = grpo_eval.export_params(run, result, workdir=workdir, settings=settings, meta=meta)
+        export_hf(merged_for_export(run, params), str(config.export_dir), tokenizer=run.tokenizer)
     return result

@@ -23,6 +23,7 @@ episodes with their replay updates); its metrics are host floats (`loss` and `sk
 from __future__ import annotations
 
 import dataclasses
+import math
 import pathlib
 import signal
 import sys
@@ -165,15 +166,17 @@ def is_primary() -> bool:
 # ---------------------------------------------------------------------------------------------- loop
 def run_loop(run: LoopRun, *, source: Source, update: Callable[[TrainState, Any], tuple[TrainState, dict]], workdir,
              trainer: str, meta: dict, eval_fn: Callable[[TrainState], dict[str, float]] | None = None,
-             eval_every: int = 0, best_metric: str | None = None, flops_per_token: float | None = None,
-             progress: bool = True, on_close: Callable[[], None] | None = None) -> LoopResult:
-    """Runs (or resumes) `update` over `source` to its end; see the module docstring."""
+             eval_every: int = 0, best_metric: str | None = None, best_mode: str = "min",
+             flops_per_token: float | None = None, progress: bool = True,
+             on_close: Callable[[], None] | None = None) -> LoopResult:
+    """Runs (or resumes) `update` over `source` to its end; see the module docstring. `best_mode`: "min" (a
+    loss, SFT) or "max" (a reward, GRPO); an evaluation whose best metric is NaN/inf is not offered to `best/`."""
     train_cfg = run.config.train
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     check_workdir(workdir)
     ckpt = RunCheckpoints(workdir, keep=int(train_cfg.keep_checkpoints), best_metric=best_metric,
-                          async_save=bool(train_cfg.async_checkpoint))
+                          best_mode=best_mode, async_save=bool(train_cfg.async_checkpoint))
     writer = open_writers(workdir, log=run.config.get("log"), enabled=is_primary())  # config.log.writers
     writer.hparams(flatten_config(run.config))
     state = run.state
@@ -226,7 +229,7 @@ def run_loop(run: LoopRun, *, source: Source, update: Callable[[TrainState, Any]
                     eval_history.append({"step": step, **evals})
                     log(f"step {step} eval: " + ", ".join(f"{k}={v:.4f}" for k, v in evals.items()
                                                           if isinstance(v, float)))
-                    if best_metric is not None:
+                    if best_metric is not None and math.isfinite(evals[best_metric]):
                         ckpt.save_best(step, state, data_state=source.get_state(), meta={**meta, "step": step},
                                        metrics={best_metric: evals[best_metric]})
                 if evaluated or step % every == 0 or step == total or preemption.requested:
