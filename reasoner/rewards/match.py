@@ -1,8 +1,11 @@
 """Answer-matching correctness rewards: CEDAR-GRPO Table 8's exact, label, integer and set verifiers.
 
-Completions follow CEDAR's `<think>...</think><answer>...</answer>` format; correctness reads only the answer
-span (the last complete one). A missing span scores 0 (CEDAR App. D.2), as does an unparseable answer.
-Set `span_tag=None` to score the whole completion instead. The gold answer is `example[answer_key]`.
+Completions follow CEDAR's `<think>...</think><answer>...</answer>` format; these generic matchers read only the
+answer span (the LAST complete one, `extract_span`). A missing span scores 0 (CEDAR App. D.2), as does an
+unparseable answer. Set `span_tag=None` to score the whole completion instead. The gold answer is
+`example[answer_key]`. CEDAR's own correctness path (`cedar_correctness`, `reasoner cedar check|eval`, the sandbox's
+`extract_answer_code`) reads the FIRST complete span, tags in any case (`reasoner.tasks.cedar_verify.answer_span`,
+the paper's reading); both come from the one scanner `find_span`.
 
   exact_match    normalize="lower_ws": collapse whitespace, strip, lowercase (AbductionRules);
                  normalize="upper": strip and uppercase (CauseLogics, ClimateFever labels);
@@ -29,22 +32,30 @@ _NORMALIZERS = {
 _STANDALONE_INT = re.compile(r"(?<![\w.])[-+]?\d+(?![\w]|\.\d)")
 
 
-def extract_span(text: str, tag: str = "answer") -> str | None:
-    """Content of the last complete `<tag>...</tag>` span, or None when there is none.
+def find_span(text: str, tag: str = "answer", *, first: bool = False, ignore_case: bool = False) -> str | None:
+    """Content of the last (or, `first=True`, the first) complete `<tag>...</tag>` span, or None when there is none.
 
-    The spans are those of the lazy regex `<tag>(.*?)</tag>` (left to right, non-overlapping), found
-    with `str.find` in one pass: repeated unclosed `<tag>`s cost linear time, not quadratic.
-    """
-    open_tag, close_tag = f"<{tag}>", f"</{tag}>"
+    The spans are those of the lazy regex `<tag>(.*?)</tag>` (left to right, non-overlapping; `ignore_case`: the
+    tags in any case), found in one left-to-right pass of literal searches: repeated unclosed `<tag>`s cost linear
+    time, not quadratic. The content is returned as written (not stripped)."""
+    flags = re.IGNORECASE if ignore_case else 0
+    open_re, close_re = re.compile(re.escape(f"<{tag}>"), flags), re.compile(re.escape(f"</{tag}>"), flags)
     span, pos = None, 0
     while True:
-        start = text.find(open_tag, pos)
-        if start < 0:
+        start = open_re.search(text, pos)
+        if start is None:
             return span
-        end = text.find(close_tag, start + len(open_tag))
-        if end < 0:
+        end = close_re.search(text, start.end())
+        if end is None:
             return span
-        span, pos = text[start + len(open_tag):end], end + len(close_tag)
+        span, pos = text[start.end():end.start()], end.end()
+        if first:
+            return span
+
+
+def extract_span(text: str, tag: str = "answer") -> str | None:
+    """Content of the last complete `<tag>...</tag>` span (tags as written), or None (`find_span`)."""
+    return find_span(text, tag)
 
 
 # Python refuses int(str) beyond this many digits (CVE-2020-10735); such integers are compared as text.

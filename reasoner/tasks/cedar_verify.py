@@ -12,9 +12,14 @@
   causelogics     JSON lines (`id`, else the 0-based line number; `Label` TRUE / FALSE)
 `score(record, completion) -> float` applies the source's verifier to the answer: the FIRST `<answer>...</answer>`
 span, case-insensitive, across lines, stripped (the paper's code, cedar_grpo_details.md "Correctness verifiers";
-a model that writes a draft answer and a revised one is scored on the first: it is told to give one). No span: 0.
-Code answers (Crypto, ListFunction) run every stored test in `reasoner.verifiers.sandbox`, 5 s each; 1 only if all
-pass (a timeout scores 0 here).
+a model that writes a draft answer and a revised one is scored on the first: it is told to give one). No complete
+span (none, or only an unterminated one): 0. Code answers (Crypto, ListFunction) are the first fenced block of
+that span, else the span itself (`answer_code`), and run every stored test in `reasoner.verifiers.sandbox`, 5 s
+each; 1 only if all pass (a timeout scores 0 here).
+
+`answer_span` / `answer_code` are CEDAR's one answer extractor: `cedar_correctness` (training), `reasoner cedar
+check|eval` and the sandbox's `extract_answer_code` all read answers through them (the span scanner is
+`reasoner.rewards.match.find_span`, shared with the generic matchers, which take the last span instead).
 """
 
 from __future__ import annotations
@@ -28,8 +33,6 @@ from reasoner.data.jsonl import iter_jsonl
 SOURCES = ("abductionrules", "uniadilr", "list_functions", "crypto", "balanced_copa", "climate_fever", "causelogics")
 CLIMATE_FEVER_LABELS = {0: "SUPPORTS", 1: "REFUTES", 2: "NOT ENOUGH INFO", 3: "DISPUTED"}
 CODE_TIMEOUT_S = 5.0
-_OPEN = re.compile(r"<answer>", re.IGNORECASE)
-_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
 _SENT_ID = re.compile(r"sent(\d+)")
 _DIGITS = re.compile(r"\d+")  # UniADILR: every integer in the answer ("sent5" counts as 5, as in the paper's code)
 
@@ -44,13 +47,25 @@ class CedarRecord:
     tests: tuple = ()
 
 
-def first_answer_span(text: str) -> str | None:
-    """The stripped content of the first complete `<answer>...</answer>` span (tags in any case), or None."""
-    start = _OPEN.search(text)
-    if start is None:
-        return None
-    end = _CLOSE.search(text, start.end())
-    return None if end is None else text[start.end():end.start()].strip()
+def answer_span(text: str) -> str | None:
+    """CEDAR's answer: the stripped content of the first complete `<answer>...</answer>` span (tags in any case,
+    across lines), or None when there is none."""
+    from reasoner.rewards.match import find_span
+
+    span = find_span(text, "answer", first=True, ignore_case=True)
+    return None if span is None else span.strip()
+
+
+first_answer_span = answer_span  # the name the paper's reading was first published under
+
+
+def answer_code(text: str) -> str:
+    """The program of a CEDAR code answer (Crypto, ListFunction): the first fenced block of `answer_span`, else the
+    span itself; "" when the completion has no complete answer span (it then defines no `transform`: reward 0)."""
+    from reasoner.rewards.code_exec import extract_code
+
+    span = answer_span(text)
+    return "" if span is None else extract_code(span)
 
 
 def _field(row: dict, key: str, where: str):
@@ -109,7 +124,7 @@ def load_records(source: str, path: str | pathlib.Path) -> list[CedarRecord]:
 
 def score(record: CedarRecord, completion: str) -> float:
     """Table 8 correctness of one completion: 1.0 or 0.0 (never raises for any completion text)."""
-    answer = first_answer_span(completion)
+    answer = answer_span(completion)
     if answer is None:
         return 0.0
     source = record.source

@@ -307,37 +307,13 @@ def isolation_report(mode: str = "strict") -> dict[str, bool]:
     return {name: dict(report.layers).get(name, False) for name in EXPECTED_LAYERS}
 
 
-def _last_answer_span(text: str) -> str | None:
-    """The last `<answer>...</answer>` span in one left-to-right scan (an unclosed last one runs
-    to the end), or None; the same spans as the lazy regex `<answer>(.*?)(?:</answer>|$)`."""
-    span, pos = None, 0
-    while True:
-        start = text.find("<answer>", pos)
-        if start < 0:
-            return span
-        end = text.find("</answer>", start + 8)
-        if end < 0:
-            return text[start + 8:]
-        span, pos = text[start + 8:end], end + 9
-
-
-def strip_code_fence(code: str) -> str:
-    """The body of a Markdown fence (```python ... ```) spanning the whole text, else the text;
-    linear: one strip and two `find`s."""
-    stripped = code.strip()
-    if len(stripped) >= 6 and stripped.startswith("```") and stripped.endswith("```"):
-        newline = stripped.find("\n")
-        info = stripped[3:newline].strip() if newline > 0 else None
-        if info is not None and all(c.isalnum() or c in "_+-" for c in info):
-            return stripped[newline + 1:-3].rstrip()
-    return code
-
-
 def extract_answer_code(text: str) -> str:
-    """The code of a CEDAR-style answer: the last `<answer>...</answer>` span (the whole text when
-    there is none), with an optional Markdown fence (```python ... ```) removed."""
-    span = _last_answer_span(text)
-    return strip_code_fence(text if span is None else span).strip("\n")
+    """The code of a CEDAR answer, read as CEDAR's correctness reads it (`reasoner.tasks.cedar_verify.answer_code`:
+    the first fenced block of the first complete `<answer>` span, tags in any case; "" without such a span). One
+    extractor for the sandbox, training rewards and `reasoner cedar check|eval`."""
+    from reasoner.tasks.cedar_verify import answer_code
+
+    return answer_code(text)
 
 
 def verify_transform_answer(answer_text: str, tests: list[tuple[object, object]], **kwargs) -> SandboxReport:

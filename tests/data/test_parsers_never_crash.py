@@ -266,7 +266,8 @@ def test_crafted_degenerate_inputs_get_their_one_answer():
     assert [(c.name, c.arguments) for c in spaced] == [("finish", {"answer": "A"})]
     assert extract_span("<answer>" * DEGENERATE) is None
     assert extract_span("<answer>" * DEGENERATE + "x</answer>") == "<answer>" * (DEGENERATE - 1) + "x"
-    assert extract_answer_code("<answer>" * DEGENERATE) == "<answer>" * (DEGENERATE - 1)  # unclosed: to the end
+    assert extract_answer_code("<answer>" * DEGENERATE) == ""  # no complete span: no code (CEDAR's reading)
+    assert extract_answer_code("<answer>" * DEGENERATE + "x</answer>") == "<answer>" * (DEGENERATE - 1) + "x"
     assert extract_code("```py\n" * DEGENERATE) == ""
     assert integer_tokens("9" * 5000) == ["9" * 5000]
     nested = "(assert " + "(" * DEGENERATE + "x" + ")" * DEGENERATE + ")"

@@ -254,18 +254,20 @@ def test_pool_keeps_serving_after_hostile_payloads():
     assert descendant_pids() <= before
 
 
-@pytest.mark.parametrize("answer", [
-    "<think>shift by one</think>\n<answer>\ndef transform(s):\n    return ''.join(chr(ord(c) + 1) for c in s)\n</answer>",
-    "<answer>\n```python\ndef transform(s):\n    return ''.join(chr(ord(c) + 1) for c in s)\n```\n</answer>",
-    "def transform(s):\n    return ''.join(chr(ord(c) + 1) for c in s)",
+@pytest.mark.parametrize("answer, passes", [
+    ("<think>shift by one</think>\n<answer>\ndef transform(s):\n    return ''.join(chr(ord(c) + 1) for c in s)\n</answer>",
+     True),
+    ("<answer>\n```python\ndef transform(s):\n    return ''.join(chr(ord(c) + 1) for c in s)\n```\n</answer>", True),
+    ("def transform(s):\n    return ''.join(chr(ord(c) + 1) for c in s)", False),  # no <answer> span: CEDAR scores 0
 ])
-def test_cedar_answer_extraction_and_verification(answer):
+def test_cedar_answer_extraction_and_verification(answer, passes):
     from reasoner.verifiers.sandbox import extract_answer_code, verify_transform_answer
 
-    assert extract_answer_code(answer).startswith("def transform(s):")
+    code = extract_answer_code(answer)
+    assert code.startswith("def transform(s):") if passes else code == ""
     mode = "strict" if unshare_works() else "weak"
     report = verify_transform_answer(answer, [("abc", "bcd"), ("HAL", "IBM")], limits=LIMITS, mode=mode)
-    assert report.passed_all and report.pass_count == 2
+    assert report.passed_all == passes and report.pass_count == 2 * passes
 
 
 def test_print_100mb_costs_nothing():
