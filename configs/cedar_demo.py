@@ -16,6 +16,11 @@ Variants:
   "tiny": a random 2-layer model on SmolLM2's tokenizer as policy and judge, a few short generations (tests).
 Weights (lambda_cor, lambda_cov, lambda_dir): `weights`, default CEDAR-GRPO's (1/3 each); configs/grpo_cedar.py
 ABLATIONS lists the paper's ablations (e.g. --config.weights.coverage=0 --config.weights.correctness=0.5 ...).
+Prompt length: `data.max_prompt_chars` keeps the CPU run's mixture short (a filter at build time, in characters);
+`grpo.grpo.max_prompt_tokens` (Table 7's 2048, from configs/grpo_cedar.py) then bounds each prompt in tokens as
+TRL does, keeping its last tokens (`grpo.grpo.prompt_overflow=drop` leaves such prompts out instead, counted).
+The GRPO stage gets no validation split (the held-out rows are the before/after evaluation's), so it keeps no
+`best/` and trains on to its last step.
 """
 
 import ml_collections
