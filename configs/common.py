@@ -91,10 +91,12 @@ def grpo_train(**changes) -> ml_collections.ConfigDict:
 def log(**changes) -> ml_collections.ConfigDict:
     """`config.log` (`reasoner.metrics.writers.open_writers`): where metrics go besides `workdir/metrics.jsonl`
     (always written). writers: a comma list of jsonl, tensorboard (`workdir/tensorboard`), wandb (`workdir/wandb`;
-    wandb_mode "" = $WANDB_MODE, else offline). completions_every: GRPO logs a table of its first
-    `completions_rows` samples (prompt head, completion, rewards) every that many steps (0 = never)."""
+    wandb_mode "" = $WANDB_MODE, else offline), trackio (trackio's local store, $TRACKIO_DIR; project
+    `trackio_project`, else `wandb_project`; the run is named after the workdir). completions_every: GRPO logs a
+    table of its first `completions_rows` samples (prompt head, completion, rewards) every that many steps (0 =
+    never)."""
     return _section(dict(writers="jsonl", completions_every=0, completions_rows=4, wandb_project="reasoner",
-                         wandb_name="", wandb_mode=""), changes, "log")
+                         wandb_name="", wandb_mode="", trackio_project=""), changes, "log")
 
 
 def run_config(trainer: str, *, seed: int = 0) -> ml_collections.ConfigDict:
