@@ -67,6 +67,29 @@ def tokenize(text: str, *, keep_comments: bool = False) -> list[tuple[str, str]]
     return tokens
 
 
+def top_level_spans(text: str, *, code: bool) -> list[tuple[int, int]]:
+    """(start, end) of each balanced parenthesised block at depth 0, in linear time and never raising. String
+    literals and `;` comments are skipped inside blocks, and also between them when `text` is code; in prose (a
+    model's step, Z3's printed output) a quote or a semicolon between blocks is punctuation."""
+    spans, depth, start, i, n = [], 0, 0, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "\";" and (depth or code):
+            close = text.find('"' if ch == '"' else "\n", i + 1)
+            i = n if close < 0 else close + 1
+            continue
+        if ch == "(":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                spans.append((start, i + 1))
+        i += 1
+    return spans
+
+
 def strip_comments(text: str) -> str:
     """The script with `;` comments removed; layout, strings and quoted symbols left intact."""
     kept, pos = [], 0

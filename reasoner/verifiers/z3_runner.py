@@ -73,31 +73,13 @@ class Z3Result:
         return dataclasses.asdict(self) | {"verdicts": list(self.verdicts)}
 
 
-def _top_level_blocks(text: str) -> list[str]:
-    """Balanced parenthesised blocks at depth 0 of Z3's output (string literals respected)."""
-    blocks, depth, start, in_string = [], 0, None, False
-    for i, ch in enumerate(text):
-        if in_string:
-            in_string = ch != '"'
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch == "(":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == ")" and depth:
-            depth -= 1
-            if depth == 0:
-                blocks.append(text[start:i + 1])
-    return blocks
-
-
 def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = None) -> Z3Result:
     """Turn Z3's printed output into a Z3Result following the module's rule."""
+    from reasoner.verifiers.smtlib import top_level_spans
+
     verdicts = tuple(line.strip() for line in output.splitlines() if line.strip() in VERDICTS)
     errors = [m.group(1).replace('""', '"') for m in _ERROR.finditer(output)]
-    models = [b for b in _top_level_blocks(output)
+    models = [b for b in (output[a:e] for a, e in top_level_spans(output, code=False))
               if not b.startswith("(error") and ("define-fun" in b or b.startswith("(model") or b == "()")]
     timed_out = bool(verdicts) and verdicts[-1] == "unknown" and reason_unknown in ("timeout", "canceled")
     error = errors[0] if errors else (f"timeout: Z3 gave up ({reason_unknown})" if timed_out else None)

@@ -29,6 +29,8 @@ from typing import Sequence
 
 import numpy as np
 
+from reasoner.verifiers.smtlib import top_level_spans
+
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _FENCE_LANGS = {"", "smt2", "smt", "smtlib", "smtlib2", "smt-lib", "smt-lib2", "z3", "lisp", "scheme"}
 _CLAIM = re.compile(r"\b(unsat(?:isfiable)?|sat(?:isfiable)?)\b", re.IGNORECASE)
@@ -40,28 +42,6 @@ class SmtScript:
 
     code: str
     claim: str | None
-
-
-def _top_level(text: str, *, code: bool) -> list[tuple[int, int]]:
-    """(start, end) of each balanced parenthesised block at depth 0. String literals and `;` comments are skipped
-    inside blocks, and also between them when `text` is code (in prose a quote or a semicolon is punctuation)."""
-    spans, depth, start, i, n = [], 0, 0, 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch in "\";" and (depth or code):
-            close = text.find('"' if ch == '"' else "\n", i + 1)
-            i = n if close < 0 else close + 1
-            continue
-        if ch == "(":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == ")" and depth:
-            depth -= 1
-            if depth == 0:
-                spans.append((start, i + 1))
-        i += 1
-    return spans
 
 
 def _is_command(block: str) -> bool:
@@ -80,14 +60,14 @@ def smt_scripts(step: str) -> list[SmtScript]:
     """The SMT-LIB scripts of one step with their claimed verdicts (module docstring)."""
     fences = [(m.start(), m.end(), m.group(2)) for m in _FENCE.finditer(step)
               if m.group(1).lower() in _FENCE_LANGS
-              and any(_is_command(m.group(2)[a:b]) for a, b in _top_level(m.group(2), code=True))]
+              and any(_is_command(m.group(2)[a:b]) for a, b in top_level_spans(m.group(2), code=True))]
     if fences:
         out = []
         for k, (_, end, code) in enumerate(fences):
             after = step[end:fences[k + 1][0] if k + 1 < len(fences) else len(step)]
             out.append(SmtScript(code=code.strip(), claim=_claim(after)))
         return out
-    commands = [(a, b) for a, b in _top_level(step, code=False) if _is_command(step[a:b])]
+    commands = [(a, b) for a, b in top_level_spans(step, code=False) if _is_command(step[a:b])]
     if not commands:
         return []
     code = "\n".join(step[a:b] for a, b in commands)
