@@ -7,6 +7,9 @@ formats (`reasoner.data.hf_datasets`; `data.hf_split` is the split trained on, a
            `reasoner.data.chat_jsonl`), built once into `config.data.tfds_dir` (default: workdir/tfds).
   "tfds":  `config.data.name` is a registered TFDS builder read with `tfds.data_source` from
            `config.data.tfds_dir`; its records must carry the chat fields (prompt, completion | chosen, rejected).
+KTO (kind "kto"): `data.hf_path` as above, or `data.source` "jsonl": `data.path` is a directory of <split>.jsonl files
+(or one .jsonl file) of TRL's unpaired {prompt, completion, label} records or of paired ones, read as they are
+(`reasoner.data.unpaired.read_jsonl_splits`, errors naming file and line); "tfds" is not read for KTO.
 GRPO (`load_examples`): rows of `data.hf_path` (its `prompt` column; split "train" reads `data.hf_split`), of
 `data.path`/<split>.jsonl or of the TFDS builder `data.name`, turned into examples
 (`prompt` plus what the rewards read) by `as_example` for `data.task` "chat", "astar" or "smt"; `PromptStream`
@@ -23,12 +26,19 @@ import numpy as np
 
 
 def load_splits(data_cfg, *, kind: str, workdir) -> dict:
-    """{split: random-access source of chat dicts} for `kind` in {'sft', 'dpo'}."""
+    """{split: random-access source of chat dicts} for `kind` in {'sft', 'dpo', 'kto'}."""
     if data_cfg.get("hf_path"):
         from reasoner.data.hf_datasets import load_chat_splits
 
         return load_chat_splits(data_cfg.hf_path, kind=kind, split=data_cfg.get("hf_split") or "train",
                                 cache_dir=pathlib.Path(workdir) / "hf_datasets")
+    if kind == "kto":
+        from reasoner.data.unpaired import read_jsonl_splits
+
+        if data_cfg.source != "jsonl" or not data_cfg.get("path"):
+            raise ValueError(f"KTO data: data.source={data_cfg.source!r}, data.path={data_cfg.get('path')!r}; "
+                             "expected data.hf_path, or data.source='jsonl' with data.path a directory of train.jsonl")
+        return read_jsonl_splits(data_cfg.path)
     tfds_dir = data_cfg.get("tfds_dir") or str(pathlib.Path(workdir) / "tfds")
     if data_cfg.source == "jsonl":
         from reasoner.data.chat_jsonl import build_chat_dataset

@@ -55,8 +55,8 @@ def pair_logps(model, mb: dict) -> tuple[jax.Array, jax.Array, jax.Array, jax.Ar
 def reference_free(dpo_cfg) -> bool:
     """Whether `dpo.loss_type` needs no reference model (orpo, simpo); raises on an unknown loss type."""
     if dpo_cfg.loss_type not in PAIR_LOSS_TYPES:
-        raise ValueError(f"dpo.loss_type={dpo_cfg.loss_type!r}: expected one of {PAIR_LOSS_TYPES} (KTO needs unpaired "
-                         "data: trainers.losses.kto_losses)")
+        raise ValueError(f"dpo.loss_type={dpo_cfg.loss_type!r}: expected one of {PAIR_LOSS_TYPES} (KTO trains on "
+                         "unpaired data with its own trainer: trainer='kto', configs/kto.py)")
     return dpo_cfg.loss_type in REFERENCE_FREE_LOSS_TYPES
 
 
@@ -189,18 +189,20 @@ def load_rows(config, *, tokenizer, workdir, splits=None):
     return rows, val_rows, stats
 
 
-def dpo_reference(run: Run) -> Run:
+def dpo_reference(run: Run, *, section: str = "dpo") -> Run:
     """`run` with its frozen reference: `reference_params` (the starting policy; under LoRA the adapter-free base),
-    or the model `dpo.ref_model` names."""
+    or the model `<section>.ref_model` names (section "dpo", or "kto" for trainers.kto)."""
     config = run.config
-    if not config.dpo.ref_model:
+    ref_model = config[section].ref_model
+    if not ref_model:
         return with_reference(run)
     if run.lora:
-        raise ValueError("dpo.ref_model with LoRA: the reference is the adapter-free base; leave dpo.ref_model empty")
+        raise ValueError(f"{section}.ref_model with LoRA: the reference is the adapter-free base; leave "
+                         f"{section}.ref_model empty")
     from trainers.run import build_model, split_trainable
 
     ref_cfg = config.model.copy_and_resolve_references()
-    ref_cfg.name = config.dpo.ref_model
+    ref_cfg.name = ref_model
     _, ref_params, _, _, _ = split_trainable(build_model(ref_cfg, mesh=run.mesh), lora=False)
     return with_reference(run, ref_params)
 

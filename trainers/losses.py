@@ -128,7 +128,8 @@ def simpo_per_pair_loss(*, chosen_avg_logps: jax.Array, rejected_avg_logps: jax.
 
 
 def kto_losses(*, logps: jax.Array, ref_logps: jax.Array, kl_logps: jax.Array, ref_kl_logps: jax.Array,
-               labels: jax.Array, beta: float, desirable_weight: float = 1.0, undesirable_weight: float = 1.0):
+               labels: jax.Array, beta: float, desirable_weight: float = 1.0, undesirable_weight: float = 1.0,
+               valid: jax.Array | None = None):
     """([B] weighted per-example losses, the KL estimate) of KTO (Ethayarajh et al. 2024, Eq. 7), as TRL 1.16's
     `KTOTrainer._compute_loss` (loss_type "kto"); the loss is the mean over the B examples.
 
@@ -137,8 +138,11 @@ def kto_losses(*, logps: jax.Array, ref_logps: jax.Array, kl_logps: jax.Array, r
     the batch), giving z0 = max(0, mean(kl_logps - ref_kl_logps)), held constant (no gradient):
       desirable:   w_d (1 - sigmoid(beta (r - z0)))       r = logps - ref_logps
       undesirable: w_u (1 - sigmoid(beta (z0 - r)))
+    valid [B] (optional, 1/0): the rows that count in z0's mean (an evaluation batch's filler rows do not).
     """
-    z0 = jnp.maximum(jax.lax.stop_gradient(jnp.mean(kl_logps - ref_kl_logps)), 0.0)
+    diff = kl_logps - ref_kl_logps
+    mean = jnp.mean(diff) if valid is None else jnp.sum(diff * valid) / jnp.maximum(jnp.sum(valid), 1.0)
+    z0 = jnp.maximum(jax.lax.stop_gradient(mean), 0.0)
     r = logps - ref_logps
     desirable = jnp.asarray(labels).astype(bool)
     loss = jnp.where(desirable, desirable_weight * (1.0 - jax.nn.sigmoid(beta * (r - z0))),

@@ -1,6 +1,6 @@
 """`reasoner train --config configs/<file>.py[:variant] [--config.a.b=v ...] --workdir DIR`: starts ANY config.
 
-What runs is named by the config itself, never by its file name: `config.trainer` ("sft", "dpo", "grpo", "dqn")
+What runs is named by the config itself, never by its file name: `config.trainer` ("sft", "dpo", "kto", "grpo", "dqn")
 runs that trainer's `train(config, workdir=...)`; `config.pipeline` ("astar") runs that end-to-end pipeline (e.g.
 every variant of configs/astar_paper.py). If DIR already holds checkpoints the run resumes from the newest one
 (exactly: same batches, same losses). SIGTERM (preemption) or Ctrl-C lets the current step finish, writes a
@@ -13,7 +13,8 @@ import argparse
 import importlib
 import sys
 
-TRAINERS = {"sft": "trainers.sft", "dpo": "trainers.dpo", "grpo": "trainers.grpo", "dqn": "trainers.dqn"}
+TRAINERS = {"sft": "trainers.sft", "dpo": "trainers.dpo", "kto": "trainers.kto", "grpo": "trainers.grpo",
+            "dqn": "trainers.dqn"}
 PIPELINES = {"astar": "reasoner.pipelines.astar", "smt": "reasoner.pipelines.smt",
              "cedar": "reasoner.pipelines.cedar"}
 

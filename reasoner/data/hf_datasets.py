@@ -17,6 +17,9 @@ chat template):
   dpo     ["prompt", "chosen", "rejected"]   message lists or strings
           ["chosen", "rejected"]             conversational with an implicit prompt (the messages both share)
   prompt  ["prompt"]                         GRPO prompts of task "chat" (message lists or strings), rows kept whole
+  kto     ["prompt", "completion", "label"]  unpaired preference (KTO): label a boolean, true = desirable
+          ["prompt", "chosen", "rejected"]   paired preference, unpaired as TRL's KTOTrainer does
+          ["chosen", "rejected"]             (`reasoner.data.unpaired`)
 
 Rows go through the same `reasoner.data.chat_jsonl.normalize_record` as our JSONL lines, so a dataset and a JSONL
 file holding the same conversations give identical examples, and then identical packed rows and loss masks
@@ -37,6 +40,7 @@ FORMATS: dict[str, tuple[tuple[str, ...], ...]] = {
     "sft": (("messages",), ("prompt", "completion"), ("text",)),
     "dpo": (("prompt", "chosen", "rejected"), ("chosen", "rejected")),
     "prompt": (("prompt",),),
+    "kto": (("prompt", "completion", "label"), ("prompt", "chosen", "rejected"), ("chosen", "rejected")),
 }
 FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 SPLITS = ("train", "validation", "test")
@@ -140,6 +144,10 @@ def example_from_row(row: dict[str, Any], *, kind: str, columns: tuple[str, ...]
     record = {k: _drop_nones(row[k]) for k in columns if row[k] is not None}
     if row.get("tools") is not None:
         record["tools"] = _tools(row["tools"], where=where)
+    if kind == "kto":  # the unpaired format (paired rows are unpaired in `examples_of`)
+        from reasoner.data.unpaired import normalize_unpaired
+
+        return normalize_unpaired(record, where=where)
     if kind == "prompt":
         prompt = record.get("prompt")
         if not (isinstance(prompt, str) and prompt.strip()) and not (isinstance(prompt, list) and prompt):
@@ -155,6 +163,12 @@ def example_from_row(row: dict[str, Any], *, kind: str, columns: tuple[str, ...]
 def examples_of(dataset, *, kind: str, name: str) -> ChatRows:
     """Every row of one `datasets.Dataset` as our examples (validated now, so a bad row fails before training)."""
     columns = detect_format(dataset.column_names, kind=kind, where=name)
+    if kind == "kto" and "label" not in columns:  # paired rows: validated as DPO pairs, then unpaired
+        from reasoner.data.unpaired import unpair
+
+        pairs = [example_from_row(row, kind="dpo", columns=columns, where=f"{name}, row {i}")
+                 for i, row in enumerate(dataset.to_list())]
+        return ChatRows(name=name, rows=unpair(pairs))
     return ChatRows(name=name, rows=[example_from_row(row, kind=kind, columns=columns, where=f"{name}, row {i}")
                                      for i, row in enumerate(dataset.to_list())])
 
