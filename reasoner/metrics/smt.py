@@ -1,20 +1,24 @@
 """SMT-quality and agent-process metrics of Sequent-Prover (App. B.2, B.3, D.4) over scored trajectories.
 
 Inputs: trajectories (`reasoner.agents.scratchpad.Trajectory`, `correct` set) and the entity set
-of each problem (`curation.problem_entities`). Definitions where the paper's formulas are not given:
+of each problem (`curation.problem_entities`). A call's executability and verdict are always read through
+`curation.call_outcome` (executable: a real sat/unsat verdict before the call's first failure; see that module),
+so curation and every metric here agree. Definitions where the paper's formulas are not given:
   per-attempt lift (Table 9)  any_nontrivial / any_grounded / any_real_verdict: fraction of attempts
                               with at least one SMT call having the attribute (all attempts count);
   vcr                         correct and at least one executable call with a real verdict (sat|unsat);
   vcr_unsat                   correct and at least one executable call whose verdict is unsat;
-  first_pass_validity         among attempts with SMT calls, the first call ran without error;
+  first_pass_validity         among attempts with SMT calls, the first call was executable;
   error_rate / no_verdict_rate  over SMT calls: not executable / no sat|unsat verdict;
   verdict_distribution        over SMT calls: sat, unsat, unknown (incl. timeouts), error (the call
-                              failed), none (ran cleanly but printed no verdict);
+                              was not executable), none (ran cleanly but printed no verdict); an executable
+                              call whose later command failed counts under its verdict;
   soundness                   P(correct | verified), verified = ended by an answer, not by T_max;
   recovery                    P(correct | the first SMT call failed);
   tool_efficiency             correct attempts per solver call; turn_efficiency correct per turn;
   wasted_turns                mean per attempt of turns whose every solver call failed or repeated
-                              an earlier script of the attempt (comments/whitespace ignored), and
+                              an earlier script of the attempt (comments/whitespace ignored) or was not
+                              executable, and
                               non-final turns without any tool call;
   unique_skeletons            per problem, distinct action skeletons (e.g. z3:error>z3:unsat>finish)
                               over attempts, divided by attempts; mean over problems;
@@ -31,7 +35,7 @@ import collections
 import statistics
 
 from reasoner.verifiers import smtlib
-from reasoner.verifiers.curation import call_attributes
+from reasoner.verifiers.curation import call_attributes, call_outcome
 
 
 def _rate(numerator: int, denominator: int) -> float | None:
@@ -55,10 +59,9 @@ def skeleton(trajectory) -> str:
     for obs in trajectory.observations:
         if obs.get("tool") != "z3_solve":
             steps.append(f"{obs.get('tool')}:bad")
-        elif not obs.get("success"):
-            steps.append("z3:error")
         else:
-            steps.append(f"z3:{obs.get('sat_result')}")
+            executable, verdict = call_outcome(obs)
+            steps.append(f"z3:{verdict}" if executable else "z3:error")
     steps.append(trajectory.termination)
     return ">".join(steps)
 
@@ -78,7 +81,7 @@ def wasted_turns(trajectory) -> int:
         useful = False
         for obs in observations:
             key = _normalised(obs["smt_code"]) if obs.get("smt_code") else None
-            if obs.get("success") and key not in seen:
+            if key and call_outcome(obs)[0] and key not in seen:
                 useful = True
             if key:
                 seen.add(key)

@@ -6,7 +6,8 @@ and entity set. The summary holds
     App. B ladder a in {0.25, 0.5, 0.75, 1.0} (`reasoner.metrics.reliability`, `sample_metrics`);
   - agent reliability: soundness, completeness, ECE, recovery, tool / turn efficiency, wasted turns, unique
     skeletons (`reasoner.metrics.smt.smt_metrics`, `sample_metrics`);
-  - SMT quality: vcr, vcr_unsat, first-pass validity, error and no-verdict rates, the Z3 outcome distribution,
+  - SMT quality (a call is executable when Z3 reached a sat/unsat verdict before its first failure:
+    `reasoner.verifiers.curation.call_outcome`): vcr, vcr_unsat, first-pass validity, error and no-verdict rates, the Z3 outcome distribution,
     mean grounding (over SMT calls), structural divergence;
   - the efficiency profile: the turn of each correct attempt's finish (mean and histogram) and the budget curve,
     accuracy when attempts are cut after t turns (an attempt counts as correct at t when it finished correctly
@@ -29,7 +30,7 @@ from reasoner.metrics.intervals import bootstrap_interval
 from reasoner.metrics.reliability import pass_at_k_single, pass_hat_k_single
 from reasoner.metrics.smt import parsed_programs, smt_metrics
 from reasoner.verifiers import smtlib
-from reasoner.verifiers.curation import grounding
+from reasoner.verifiers.curation import call_outcome, grounding
 
 
 def _by_problem(trajectories, K: int) -> dict[str, list]:
@@ -42,6 +43,17 @@ def _by_problem(trajectories, K: int) -> dict[str, list]:
     if wrong:
         raise ValueError(f"expected K={K} attempts per problem; got {dict(list(wrong.items())[:5])}")
     return groups
+
+
+def _executable_verdicts(trajectory) -> list[str]:
+    """The verdicts of the trajectory's executable calls (`curation.call_outcome`, the rule curation and
+    `smt_metrics` use), so the per-problem vcr here equals `smt_metrics`' pooled vcr."""
+    verdicts = []
+    for obs in trajectory.smt_observations:
+        executable, verdict = call_outcome(obs)
+        if executable:
+            verdicts.append(verdict)
+    return verdicts
 
 
 def _interval(values: Sequence[float], *, seed: int, n_resamples: int) -> dict | None:
@@ -66,10 +78,9 @@ def smt_eval_summary(trajectories, *, k: int, answers: Mapping[int, str | None],
         f"pass@{k}": [pass_at_k_single(k, int(x), k) for x in c],
         f"pass^{k}": [pass_hat_k_single(k, int(x), k) for x in c],
         f"maj@{k}": [sm.maj_at_k_single([answers[id(t)] for t in groups[p]], gold[p], k) for p in ids],
-        "vcr": [np.mean([t.correct and any(o.get("success") and o.get("sat_result") in ("sat", "unsat")
-                                           for o in t.smt_observations) for t in groups[p]]) for p in ids],
-        "vcr_unsat": [np.mean([t.correct and any(o.get("success") and o.get("sat_result") == "unsat"
-                                                 for o in t.smt_observations) for t in groups[p]]) for p in ids],
+        "vcr": [np.mean([t.correct and any(r in ("sat", "unsat") for r in _executable_verdicts(t))
+                         for t in groups[p]]) for p in ids],
+        "vcr_unsat": [np.mean([t.correct and "unsat" in _executable_verdicts(t) for t in groups[p]]) for p in ids],
     }
     summary: dict = {"problems": len(ids), "k": k, "attempts": int(c.size * k)}
     summary.update({key: float(np.mean(v)) for key, v in per.items()})

@@ -2,14 +2,36 @@
 with reasons, grounding, per-call SMT attributes, and DPO pairs with Silver traces as hard negatives.
 
 Per SMT call (one z3_solve with code):
-  executable    Z3 ran it without error or timeout (`success`);
-  real_verdict  executable and its last verdict is sat or unsat;
+  executable    Z3 reached a real verdict before anything in the script failed (`call_outcome`, below);
+  verdict       the last check-sat verdict printed before the call's first failure (all of them when none);
+  real_verdict  executable and that verdict is sat or unsat;
   trivial       `smtlib.is_trivial` (no check-sat, or no assertion mentions a declared symbol);
   grounding     fraction of the problem's entities found in the SMT text (below), with comments
                 and (`grounding_no_comments`) without; grounded iff grounding >= LAMBDA_GND = 0.25.
 A call is *evidence* when it is executable, non-trivial, grounded and has a real verdict (§2.2:
 "at least one Z3 invocation with an executable, non-trivial, input-grounded SMT-LIB program that
 obtains a real solver verdict").
+
+Executability (`call_outcome`). The paper asks of Gold evidence "an executable z3-solve interaction that
+obtains a solver verdict" (§2.3), "at least one Z3 invocation with an executable ... SMT-LIB program that obtains
+a real solver verdict" (§2.2), "Z3 returns a real verdict" (App. C), and treats "parser errors, type errors,
+timeouts, malformed scripts, and solver failures as unresolved observations" (§2.2, sigma_U). It does not say
+what a script that first obtains a verdict and then fails is. Z3 keeps reading a script after an error, so its
+output orders verdicts and errors, and we read it in that order. Our rule:
+  * a call is executable when it ran without any failure (`success`: no error, no timeout), or when the last
+    verdict Z3 printed before the call's first failure is sat or unsat: the obligation was decided, and only a
+    later command failed, e.g. `(check-sat)` -> unsat followed by `(get-model)`, which Z3 answers with
+    `(error "model is not available")` after an unsat. That refutation is real evidence; rejecting it would
+    drop exactly the paper's "refutational unsat evidence" (§3) from Gold;
+  * an error before any verdict makes the call not executable even when a later check-sat answers: Z3 skipped
+    the failed command (e.g. an assertion naming an undeclared constant), so the verdict is about a different
+    problem than the one written. The same holds when the last verdict before the failure is unknown;
+  * the first failure is the first `(error "...")` Z3 printed; for a timeout it is the check-sat that gave up
+    (its `unknown`); a call stopped by the pool (hard timeout, memout, crash), refused, or malformed fails
+    before any verdict.
+The verdict of a failed, non-executable call is the last one before its failure (a timeout's `unknown`).
+Curation (this module), the SMT metrics (`reasoner.metrics.smt`) and the K-sample summary
+(`reasoner.metrics.smt_eval`) all read a call through `call_attributes`, so they agree on this rule.
 
 Labels, first matching rule wins (reasons say which conditions failed):
   Rejected: wrong answer ("wrong_answer"), not ended by finish ("unfinished"), no SMT call
@@ -29,10 +51,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Mapping
 
 from reasoner.verifiers import smtlib
 
 LAMBDA_GND = 0.25
+_Z3_ERROR = re.compile(r'\(error "')
 _STOPWORDS = set("""
 a an the and or nor but if then else not no yes is are was were be been being am do does did done has have
 had having of in on at to for from by with without into onto about above below over under than that this
@@ -92,10 +116,36 @@ class CallAttributes:
         return self.executable and self.real_verdict and not self.trivial and self.grounded
 
 
-def call_attributes(observation: dict, entities: set[str]) -> CallAttributes:
+def _verdict_lines(text: str) -> list[str]:
+    """The verdicts in Z3 output, read as `z3_runner.parse_output` reads them (a line that is only the word)."""
+    return [line.strip() for line in text.splitlines() if line.strip() in ("sat", "unsat", "unknown")]
+
+
+def call_outcome(observation: Mapping) -> tuple[bool, str | None]:
+    """(executable, verdict) of one z3_solve record (or `Z3Result.to_dict()`) under the module's rule.
+
+    Reads `success`, `sat_result`, `error` and `output` (Z3's printed text, in order); a record without
+    `output` that failed is read as failing before any verdict.
+    """
+    if observation.get("success"):
+        return True, observation.get("sat_result")
+    output = observation.get("output") or ""
+    error_at = _Z3_ERROR.search(output)
+    if error_at is not None:
+        before = _verdict_lines(output[:error_at.start()])
+        failed = before[-1] if before else None
+    else:  # a timeout (its last check-sat printed unknown) or a call that never printed anything
+        verdicts = _verdict_lines(output)
+        before = verdicts[:-1]
+        failed = verdicts[-1] if verdicts else observation.get("sat_result")
+    if before and before[-1] in ("sat", "unsat"):
+        return True, before[-1]
+    return False, failed
+
+
+def call_attributes(observation: Mapping, entities: set[str]) -> CallAttributes:
     code = observation["smt_code"]
-    executable = bool(observation.get("success"))
-    verdict = observation.get("sat_result")
+    executable, verdict = call_outcome(observation)
     return CallAttributes(executable=executable, real_verdict=executable and verdict in ("sat", "unsat"),
                           verdict=verdict, trivial=smtlib.is_trivial(code),
                           grounding=grounding(code, entities),
