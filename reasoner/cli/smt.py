@@ -7,6 +7,15 @@ summary line {"agree", "total", "disagreements": [...]} to stderr.
 `smt rollout --dataset folio --endpoint URL --model NAME --out rows.jsonl` samples scratchpad
 episodes from an OpenAI-compatible server (teacher rollouts), scores and curates them, writes one
 JSON row per trajectory (and DPO triples with `--dpo-out`) and prints the SMT metrics as JSON.
+The teacher is chosen by `--model` and `--endpoint`:
+  --model symbolic              the symbolic teacher (ProofWriter, ProntoQA, FOLIO; real Z3 observations);
+  --endpoint URL --model NAME   the model NAME served at URL (OpenAI-compatible, `reasoner serve` included);
+  --model embedded|CKPT         without --endpoint: the local model in this process through the jitted sampler
+                                (`SamplerPolicy`, the policy `smt eval` uses; 'embedded' is SmolLM2-135M-Instruct,
+                                CKPT a preset, GGUF file, HF directory or export), `--samples` copies of a prompt
+                                sharing one prefill, `--problems-per-batch` problems at a time. Each batch's rows
+                                are appended as soon as it is curated, so a stopped run resumes after the last
+                                finished batch; the printed metrics cover every trajectory of this run.
 """
 
 from __future__ import annotations
@@ -47,19 +56,30 @@ def register(subparsers) -> None:
     check.add_argument("--expected", metavar="TSV", help="compare against a file<TAB>expected table")
     check.set_defaults(func=run_check)
 
-    rollout = inner.add_parser("rollout", help="scratchpad rollouts from an OpenAI-compatible endpoint or the "
-                                               "symbolic teacher; resumes an existing --out file")
+    rollout = inner.add_parser("rollout", help="scratchpad rollouts from an OpenAI-compatible endpoint, a local "
+                                               "model or the symbolic teacher; resumes an existing --out file")
     rollout.add_argument("--dataset", required=True, choices=("proofwriter", "folio", "prontoqa", "arlsat",
                                                               "logicaldeduction"))
     rollout.add_argument("--data-root", default=os.path.join("..", "shared", "data"))
     rollout.add_argument("--limit", type=positive_number(int), default=10, help="number of problems")
     rollout.add_argument("--samples", type=positive_number(int), default=1, help="episodes per problem")
-    rollout.add_argument("--endpoint", help="base URL, e.g. http://127.0.0.1:8000/v1 (omit with --model symbolic)")
-    rollout.add_argument("--model", required=True, help="the served model's name; 'symbolic' for the symbolic "
-                                                        "teacher (ProofWriter, ProntoQA, FOLIO)")
+    rollout.add_argument("--endpoint", help="base URL, e.g. http://127.0.0.1:8000/v1 (omit for a local model or "
+                                            "--model symbolic)")
+    rollout.add_argument("--model", required=True, help="with --endpoint: the served model's name; without: "
+                                                        "'embedded', a preset or checkpoint run in-process; "
+                                                        "'symbolic' for the symbolic teacher (ProofWriter, "
+                                                        "ProntoQA, FOLIO)")
     rollout.add_argument("--retries", type=int, default=4, help="retries of a failed request (backoff 1, 2, 4 s...)")
     rollout.add_argument("--api-key-env", default="OPENAI_API_KEY", help="variable holding the API key")
     rollout.add_argument("--temperature", type=float, default=0.9)
+    rollout.add_argument("--top-p", type=float, default=1.0, help="local model: nucleus mass")
+    rollout.add_argument("--max-new-tokens", type=positive_number(int), default=512,
+                         help="local model: tokens per assistant turn")
+    rollout.add_argument("--max-len", type=positive_number(int), default=4096,
+                         help="local model: cache slots per conversation")
+    rollout.add_argument("--problems-per-batch", type=positive_number(int), default=8,
+                         help="local model: problems decoded together (each with its --samples copies)")
+    rollout.add_argument("--seed", type=int, default=0, help="local model: sampling seed")
     rollout.add_argument("--t-max", type=int, default=10)
     rollout.add_argument("--timeout", type=positive_number(float), default=30.0,
                          help="cap of one z3_solve call, seconds")
@@ -144,44 +164,80 @@ def _finished_ids(path: str, samples: int) -> set[str]:
     return {pid for pid, n in counts.items() if n >= samples}
 
 
+def teacher(args, problems):
+    """(policy, the problems it will answer, problems per batch or None for one batch) for the rollout's
+    --model / --endpoint (module docstring)."""
+    if args.model == "symbolic":
+        from reasoner.cli.smt_eval import symbolic_policy
+
+        policy, problems = symbolic_policy(problems, args)
+        return policy, problems, None
+    if args.endpoint:
+        from reasoner.agents.policies import OpenAIChatPolicy
+
+        return OpenAIChatPolicy(args.endpoint, args.model, api_key=os.environ.get(args.api_key_env),
+                                temperature=args.temperature, retries=args.retries), problems, None
+    from reasoner.cli.smt_eval import sampler_policy
+
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise ValueError(f"--temperature={args.temperature} / --top-p={args.top_p}: expected >= 0 and in (0, 1]")
+    try:
+        policy = sampler_policy(args.model, temperature=args.temperature, top_p=args.top_p,
+                                max_new_tokens=args.max_new_tokens, max_len=args.max_len, seed=args.seed)
+    except ValueError as err:
+        if "expected 'embedded'" not in str(err):
+            raise
+        raise ValueError(f"{err}, or --endpoint URL for a served model of that name") from None
+    return policy, problems, args.problems_per_batch
+
+
 def run_rollout(args) -> int:
-    from reasoner.agents.policies import OpenAIChatPolicy
     from reasoner.agents.rollouts import rollout_logic
     from reasoner.tasks.logic_llm import load_problems
     from reasoner.verifiers.z3_runner import Z3Runner
 
     try:
-        if args.model != "symbolic" and not args.endpoint:
-            raise ValueError("--endpoint is required unless --model symbolic")
         if args.samples < 1 or args.limit < 1 or args.retries < 0:
             raise ValueError(f"--samples={args.samples}, --limit={args.limit}, --retries={args.retries}: expected "
                              "samples and limit >= 1, retries >= 0")
         problems = load_problems(args.data_root, args.dataset, limit=args.limit)
         done = _finished_ids(args.out, args.samples)
+        policy, todo, per_batch = teacher(args, [p for p in problems if p.id not in done])
     except (ValueError, OSError) as err:
         print(f"reasoner smt rollout: {err}", file=sys.stderr)
         return 2
-    todo = [p for p in problems if p.id not in done]
-    if args.model == "symbolic":
-        from reasoner.cli.smt_eval import symbolic_policy
-
-        policy, todo = symbolic_policy(todo, args)
-    else:
-        policy = OpenAIChatPolicy(args.endpoint, args.model, api_key=os.environ.get(args.api_key_env),
-                                  temperature=args.temperature, retries=args.retries)
+    per_batch = per_batch or max(1, len(todo))
+    results = []
     with Z3Runner(timeout_s=args.timeout, workers=args.workers) as runner:
-        result = rollout_logic(policy, todo, runner=runner, samples=args.samples, t_max=args.t_max,
-                               timeout_cap_s=args.timeout)
-    _write_jsonl(args.out, result.rows, append=True)
-    if args.dpo_out:
-        _write_jsonl(args.dpo_out, result.pairs, append=True)
-    if args.sft_out:
-        _write_jsonl(args.sft_out, result.sft, append=True)
-    for failure in result.failures:
-        print(json.dumps({"infrastructure_failure": failure}), file=sys.stderr)
+        for start in range(0, len(todo), per_batch):
+            result = rollout_logic(policy, todo[start:start + per_batch], runner=runner, samples=args.samples,
+                                   t_max=args.t_max, timeout_cap_s=args.timeout)
+            _write_jsonl(args.out, result.rows, append=True)
+            if args.dpo_out:
+                _write_jsonl(args.dpo_out, result.pairs, append=True)
+            if args.sft_out:
+                _write_jsonl(args.sft_out, result.sft, append=True)
+            for failure in result.failures:
+                print(json.dumps({"infrastructure_failure": failure}), file=sys.stderr)
+            results.append(result)
     print(json.dumps({"dataset": args.dataset, "problems": len(problems), "resumed_skipped": len(done),
-                      "run": len(todo), **result.metrics}))
+                      "run": len(todo), **merged_metrics(results, todo)}))
     return 0
+
+
+def merged_metrics(results, problems) -> dict:
+    """The metrics `rollout_logic` reports, over the trajectories of every batch together."""
+    from reasoner.metrics.smt import smt_metrics
+    from reasoner.verifiers.curation import problem_entities
+
+    if len(results) == 1:
+        return results[0].metrics
+    trajectories = [t for r in results for t in r.trajectories]
+    metrics = smt_metrics(trajectories, {p.id: problem_entities(p.context, p.question) for p in problems})
+    metrics["labels"] = {label: sum(r.metrics["labels"][label] for r in results)
+                         for label in ("gold", "silver", "rejected")}
+    metrics["infrastructure_failures"] = sum(r.metrics["infrastructure_failures"] for r in results)
+    return metrics
 
 
 def _write_jsonl(path: str, rows: list[dict], *, append: bool = False) -> None:

@@ -4,6 +4,8 @@ K samples per problem through the SMT scratchpad with the local jitted sampler (
 a prompt share one prefill, problems are batched), real Z3 in the verifier pool, and the App. B summary
 (`reasoner.metrics.smt_eval`): reliability keys named with the K used (`pass@4`, `pass^4`, `avg@4` for K = 4),
 agent-reliability and SMT-quality metrics, the efficiency profile and bootstrap intervals.
+`--model embedded` is the embedded SmolLM2-135M-Instruct (the preset `smollm2-135m-instruct`); any other value is a
+preset, GGUF file, HF directory or export (`sampler_policy`, which `reasoner smt rollout` uses too).
 `--model symbolic` evaluates the symbolic teacher (`reasoner.agents.symbolic_teacher`) instead of a model: the
 reference trajectories a CPU run learns from, and a check of the harness without a model.
 `--samples-out` gets one JSON line per (problem, sample): id, sample, correct, verified, answer, gold, turns,
@@ -23,8 +25,8 @@ def add_parser(inner) -> None:
     from reasoner.tasks.logic_llm import FILES
 
     p = inner.add_parser("eval", help="K-sample scratchpad evaluation of a local model (App. B metrics)")
-    p.add_argument("--model", required=True, help="preset, GGUF file, HF directory or export; 'symbolic' for the "
-                                                  "symbolic teacher")
+    p.add_argument("--model", required=True, help="'embedded', a preset, GGUF file, HF directory or export; "
+                                                  "'symbolic' for the symbolic teacher")
     p.add_argument("--k", type=int, default=4, help="samples per problem (default 4)")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", choices=sorted(FILES), help="a staged Logic-LLM dataset under --data-root")
@@ -78,6 +80,27 @@ def symbolic_policy(problems, args):
     return teacher, encoded
 
 
+EMBEDDED = "smollm2-135m-instruct"
+
+
+def sampler_policy(spec: str, *, temperature: float, top_p: float, max_new_tokens: int, max_len: int, seed: int):
+    """`SamplerPolicy` over a local model: `spec` is 'embedded' (the embedded SmolLM2-135M-Instruct), a preset
+    name, or a checkpoint path (GGUF file, HF directory, our export). A spec that is none of these is a
+    ValueError naming it, raised before anything is loaded."""
+    from reasoner.agents.sampler_policy import SamplerPolicy
+    from reasoner.models import load_model
+    from reasoner.models.presets import PRESETS, resolve
+    from reasoner.tokenization import load_tokenizer
+
+    name = EMBEDDED if spec == "embedded" else spec
+    if name not in PRESETS and not os.path.exists(name):
+        raise ValueError(f"--model {spec}: expected 'embedded', a preset ({', '.join(sorted(PRESETS))}) or an "
+                         "existing checkpoint file or directory")
+    path = resolve(name)
+    return SamplerPolicy(load_model(path), load_tokenizer(path), temperature=temperature, top_p=top_p,
+                         max_new_tokens=max_new_tokens, max_len=max_len, seed=seed)
+
+
 def run(args) -> int:
     from tqdm import tqdm
 
@@ -87,21 +110,14 @@ def run(args) -> int:
     try:
         _check(args)
         problems = _problems(args)
+        if args.model == "symbolic":
+            policy, problems = symbolic_policy(problems, args)
+        else:
+            policy = sampler_policy(args.model, temperature=args.temperature, top_p=args.top_p,
+                                    max_new_tokens=args.max_new_tokens, max_len=args.max_len, seed=args.seed)
     except (ValueError, OSError) as err:
         print(f"reasoner smt eval: {err}", file=sys.stderr)
         return 2
-    if args.model == "symbolic":
-        policy, problems = symbolic_policy(problems, args)
-    else:
-        from reasoner.agents.sampler_policy import SamplerPolicy
-        from reasoner.models import load_model
-        from reasoner.models.presets import resolve
-        from reasoner.tokenization import load_tokenizer
-
-        path = resolve(args.model)
-        policy = SamplerPolicy(load_model(path), load_tokenizer(path), temperature=args.temperature,
-                               top_p=args.top_p, max_new_tokens=args.max_new_tokens, max_len=args.max_len,
-                               seed=args.seed)
     with Z3Runner(timeout_s=args.timeout, workers=args.workers) as runner, \
             tqdm(total=len(problems), unit="problem", desc=f"smt eval (K={args.k})", file=sys.stderr) as bar:
         result = evaluate_policy(policy, problems, runner=runner, k=args.k, t_max=args.t_max,

@@ -7,10 +7,12 @@ curation -> DPO -> K-sample evaluation of base, SFT and SFT+DPO.
 Stages (each timed; progress bars throughout):
   1. data      Logic-LLM problems of `data.datasets` from `data.data_root`: per dataset the first `data.test` are
                held out, the next `data.train` are the training split.
-  2. teacher   scratchpad trajectories on the training split: the symbolic teacher (`reasoner.agents.
-               symbolic_teacher`, real Z3 observations) or `teacher.endpoint` (any OpenAI-compatible server,
-               `reasoner serve` included; retried, infrastructure failures excluded); curated Gold / Silver /
-               Rejected with reasons; Gold -> multi-turn SFT records.
+  2. teacher   scratchpad trajectories on the training split (`teacher_policy`): `teacher.endpoint` (any
+               OpenAI-compatible server, `reasoner serve` included; retried, infrastructure failures excluded),
+               else `teacher.model`: 'embedded' (the demo's own `model`, in this process) or a preset / checkpoint
+               path, sampled by the local jitted sampler (`SamplerPolicy`, as the evaluations are), else (the
+               default 'teacher', or 'symbolic') the symbolic teacher (`reasoner.agents.symbolic_teacher`, real
+               Z3 observations); curated Gold / Silver / Rejected with reasons; Gold -> multi-turn SFT records.
   3. eval_base K samples per held-out problem with the local sampler (`reasoner.agents.student_eval`).
   4. sft       `trainers.sft` on the Gold records (assistant turns trained, tool turns masked), exported.
   5. eval_sft
@@ -69,13 +71,38 @@ def load_splits(config) -> tuple[list, list]:
     return train, test
 
 
-def teacher_policy(config, problems):
-    """(policy, the problems it can answer) for `teacher.endpoint` or the symbolic teacher."""
+SYMBOLIC_NAMES = ("", "teacher", "symbolic")  # teacher.model values that mean the symbolic teacher (no endpoint)
+
+
+def teacher_kind(teacher) -> str:
+    """'endpoint', 'local' or 'symbolic' for a `config.teacher` section (stage 2 of the module docstring)."""
+    if teacher.endpoint:
+        return "endpoint"
+    return "symbolic" if teacher.model in SYMBOLIC_NAMES else "local"
+
+
+def teacher_policy(config, problems, *, local_policy=None):
+    """(policy, the problems it can answer) for the configured teacher (`teacher_kind`).
+
+    local_policy: model spec -> policy, how the pipeline builds a `SamplerPolicy` for a local teacher (the
+    pipeline passes one that samples at `teacher.temperature` with the rollout's token budgets).
+    """
     t = config.teacher
-    if t.endpoint:
+    kind = teacher_kind(t)
+    if kind == "endpoint":
         from reasoner.agents.policies import OpenAIChatPolicy
 
         return OpenAIChatPolicy(t.endpoint, t.model, temperature=t.temperature, retries=t.retries), problems
+    if kind == "local":
+        from reasoner.models.presets import PRESETS
+
+        if t.model != "embedded" and t.model not in PRESETS and not pathlib.Path(t.model).exists():
+            raise FileNotFoundError(f"teacher.model={t.model!r}: expected 'embedded' (the demo's model), a preset "
+                                    f"({', '.join(sorted(PRESETS))}), an existing checkpoint, 'symbolic', or "
+                                    "teacher.endpoint for a served model")
+        if local_policy is None:
+            raise ValueError(f"teacher.model={t.model!r} is a local model, but no local_policy was given")
+        return local_policy(t.model), problems
     from reasoner.agents.symbolic_teacher import SymbolicTeacher, encode_logic_llm
 
     encoded, failures = encode_logic_llm(problems)
@@ -161,6 +188,8 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     from reasoner.agents.sampler_policy import SamplerPolicy
     from reasoner.agents.student_eval import evaluate_policy
     from reasoner.models import load_model
+    from reasoner.models.presets import resolve
+    from reasoner.tokenization import load_tokenizer
     from reasoner.sharding import make_mesh
     from reasoner.verifiers.curation import curate, dpo_pairs, problem_entities
     from reasoner.verifiers.z3_runner import Z3Runner
@@ -201,14 +230,25 @@ def run(config, *, workdir, progress: bool = True) -> dict:
             _write_summary(workdir, summary)
             return report
 
-        policy, taught = teacher_policy(config, train)
+        base = build_model(config.model, mesh=make_mesh(config.mesh))
+
+        def local_teacher(spec):  # 'embedded': the demo's own model; else a preset or checkpoint with its tokenizer
+            temperature, seed = float(config.teacher.temperature), config.seed + 2
+            if spec == "embedded":
+                return policy_for(base, temperature, seed)
+            path = resolve(spec)
+            return SamplerPolicy(load_model(path), load_tokenizer(path), temperature=temperature,
+                                 top_p=float(config.eval.top_p), max_new_tokens=int(r.max_new_tokens),
+                                 max_len=int(r.max_len), seed=seed)
+
+        policy, taught = teacher_policy(config, train, local_policy=local_teacher)
         teacher = stage("teacher", lambda: rollouts(policy, taught, int(config.teacher.samples)))
+        del policy  # a local teacher's sampler and caches are not needed after its stage
         summary["curation_teacher"] = curation_counts(teacher)
         _log(f"teacher curation: {summary['curation_teacher']}")
         write_jsonl(workdir / "data" / "teacher.jsonl", teacher.rows)
         write_jsonl(workdir / "data" / "sft" / "train.jsonl", teacher.sft)
 
-        base = build_model(config.model, mesh=make_mesh(config.mesh))
         stage("eval_base", lambda: evaluate(base, "base"))
         model = base
         if config.sft.enabled:
