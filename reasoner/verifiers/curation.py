@@ -2,8 +2,10 @@
 with reasons, grounding, per-call SMT attributes, and DPO pairs with Silver traces as hard negatives.
 
 Per SMT call (one z3_solve with code):
-  executable    Z3 reached a real verdict before anything in the script failed (`call_outcome`, below);
-  verdict       the last check-sat verdict printed before the call's first failure (all of them when none);
+  executable    the script ran without any failure, or Z3 reached sat/unsat before its first failure
+                (`call_outcome`, below);
+  verdict       the last check-sat verdict printed before the call's first failure (the last one of all
+                when nothing failed);
   real_verdict  executable and that verdict is sat or unsat;
   trivial       `smtlib.is_trivial` (no check-sat, or no assertion mentions a declared symbol);
   grounding     fraction of the problem's entities found in the SMT text (below), with comments
@@ -14,7 +16,7 @@ obtains a real solver verdict").
 
 Executability (`call_outcome`). The paper asks of Gold evidence "an executable z3-solve interaction that
 obtains a solver verdict" (§2.3), "at least one Z3 invocation with an executable ... SMT-LIB program that obtains
-a real solver verdict" (§2.2), "Z3 returns a real verdict" (App. C), and treats "parser errors, type errors,
+a real solver verdict" (§2.2), "Z3 returns a real verdict" (App. A.4), and treats "parser errors, type errors,
 timeouts, malformed scripts, and solver failures as unresolved observations" (§2.2, sigma_U). It does not say
 what a script that first obtains a verdict and then fails is. Z3 keeps reading a script after an error, so its
 output orders verdicts and errors, and we read it in that order. Our rule:
