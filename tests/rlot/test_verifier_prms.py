@@ -134,3 +134,16 @@ def test_prms_are_built_from_the_config(shared_data):
     config.env.prm = "judge"
     with pytest.raises(ValueError, match="expected one of"):
         make_prm(config, model=None, tokenizer=None)
+
+
+def test_z3_prm_reads_verdicts_under_curations_executability_rule(z3_prm):
+    """A refutation followed by a failing `(get-model)` (Z3 prints unsat, then an error) is a real unsat verdict, as
+    curation reads it; an error before the only check-sat is not, even though Z3 then answers."""
+    unsat_then_error = "(declare-const x Int)\n(assert (> x 1))\n(assert (< x 0))\n(check-sat)\n(get-model)"
+    error_then_sat = "(declare-const x Int)\n(assert (> y 1))\n(assert (> x 0))\n(check-sat)"
+    scores = z3_prm.score(["q"] * 3, [[fenced(unsat_then_error, "Z3 says unsat.")],
+                                       [fenced(unsat_then_error, "Z3 says sat.")],
+                                       [fenced(error_then_sat)]])
+    np.testing.assert_array_equal(scores, np.float32([1.0, 0.0, 0.0]))
+    first = z3_prm.results[0][2]
+    assert first.verdicts == ("unsat",) and not first.success  # Z3's own output: the verdict, then the error

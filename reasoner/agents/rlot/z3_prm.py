@@ -13,7 +13,7 @@ A script may be followed by the verdict the step claims for it: the first whole 
 
 Every script of every row goes to the `reasoner.verifiers.z3_runner.Z3Runner` at once (the persistent CPU pool:
 deadline, memory cap, crash isolation; never in this process) and the futures are collected together. A script is
-GOOD when Z3 ran it without error or timeout to a last verdict of sat or unsat (`Z3Result.real_verdict`), it is not
+GOOD when Z3 reached a verdict of sat or unsat before any error or timeout (`curation.call_outcome`), it is not
 trivial (`smtlib.is_trivial`: it checks something about symbols it declares), and the verdict the step claims, if
 any, is Z3's. The step scores the fraction of its scripts that are good; a step with no script scores
 `unverifiable` (default 0.0, as `AStarStepPRM`: on an SMT task a step that formalises nothing is not progress the
@@ -97,11 +97,15 @@ class Z3StepPRM:
         return self._runner
 
     def script_good(self, script: SmtScript, result) -> bool:
-        """A real sat/unsat verdict on a non-trivial script, equal to the verdict the step claims (if any)."""
+        """A real sat/unsat verdict on a non-trivial script, equal to the verdict the step claims (if any). The verdict
+        is read under curation's executability rule (`curation.call_outcome`: the last verdict before Z3's first
+        error), as the Sequent-Prover metrics read it."""
+        from reasoner.verifiers.curation import call_outcome
         from reasoner.verifiers.smtlib import is_trivial
 
-        return (result.real_verdict and not is_trivial(script.code)
-                and (script.claim is None or script.claim == result.sat_result))
+        executable, verdict = call_outcome(result.to_dict())
+        return (executable and verdict in ("sat", "unsat") and not is_trivial(script.code)
+                and (script.claim is None or script.claim == verdict))
 
     def score(self, questions: Sequence[str], steps: Sequence[Sequence[str]]) -> np.ndarray:
         self.calls += 1
