@@ -154,6 +154,12 @@ FULL_TIER = {
         "test_serve_scripted checks tools and tool_calls end to end",
     "tests/serve/test_serve_smollm2.py::test_sixteen_concurrent_clients_and_a_bad_request":
         "test_serve_api checks sixteen concurrent clients on the tiny model",
+    "tests/trainers/test_kto.py::test_tiny_run_learns_and_resumes_exactly_after_preemption":
+        "test_first_step_loss_equals_trls_kto_trainer and test_golden_one_step_kto check KTO's step; "
+        "test_preemption resumes the same run_loop bit for bit",
+    "tests/rlot/test_transfer.py::test_pipeline_evaluates_the_loaded_navigator_with_another_model":
+        "test_loaded_navigator_is_the_trained_one loads the same navigator bit for bit; tests/rlot/test_pipeline.py "
+        "runs the pipeline's evaluation stage",
     "tests/metrics/test_writers.py::test_grpo_logs_its_sample_completions_table":
         "test_completion_rows_carry_the_reward_registry_values builds the rows from a real reward batch and the "
         "run_loop writer test hands a step's table to the writers",
