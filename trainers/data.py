@@ -57,6 +57,21 @@ def load_splits(data_cfg, *, kind: str, workdir) -> dict:
     raise ValueError(f"data.source={data_cfg.source!r}; expected 'jsonl' or 'tfds'")
 
 
+def load_prepared(config, *, kind: str, prepare, tokenizer, workdir, splits=None, **options):
+    """(train rows, validation rows or None, stats) of `config.data`: `splits` (default: `load_splits` of `kind`)
+    through `prepare(examples, tokenizer, seq_len=, overflow=, split=, **options)`, the trainer's tokenizer and
+    packer (SFT's `prepare_sft`, DPO's `prepare_dpo`, KTO's `prepare_kto`)."""
+    splits = splits if splits is not None else load_splits(config.data, kind=kind, workdir=workdir)
+    d = config.data
+    rows, stats = prepare(splits["train"], tokenizer, seq_len=d.seq_len, overflow=d.overflow, split="train",
+                          **options)
+    val_rows = None
+    if "validation" in splits:
+        val_rows, _ = prepare(splits["validation"], tokenizer, seq_len=d.seq_len, overflow=d.overflow,
+                              split="validation", **options)
+    return rows, val_rows, stats
+
+
 def batch_iterator(config, rows: dict):
     """The checkpointable `BatchIterator` over tokenized `rows`: `train.batch_size` x `train.grad_accum` rows a step
     for `train.num_epochs` epochs, shuffled from `config.seed`."""

@@ -177,16 +177,10 @@ def _cached_reference(path: pathlib.Path, key: str, compute) -> dict[str, np.nda
 
 def load_rows(config, *, tokenizer, workdir, splits=None):
     """(train rows, validation rows or None, stats) of `config.data`: chosen_* / rejected_* arrays [P, T]."""
-    from trainers.data import load_splits
+    from trainers.data import load_prepared
 
-    splits = splits if splits is not None else load_splits(config.data, kind="dpo", workdir=workdir)
-    d = config.data
-    rows, stats = prepare_dpo(splits["train"], tokenizer, seq_len=d.seq_len, overflow=d.overflow, split="train")
-    val_rows = None
-    if "validation" in splits:
-        val_rows, _ = prepare_dpo(splits["validation"], tokenizer, seq_len=d.seq_len, overflow=d.overflow,
-                                  split="validation")
-    return rows, val_rows, stats
+    return load_prepared(config, kind="dpo", prepare=prepare_dpo, tokenizer=tokenizer, workdir=workdir,
+                         splits=splits)
 
 
 def dpo_reference(run: Run, *, section: str = "dpo") -> Run:

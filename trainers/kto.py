@@ -139,16 +139,10 @@ def weight_advice(labels: np.ndarray, kto_cfg) -> str | None:
 
 def load_rows(config, *, tokenizer, workdir, splits=None):
     """(train rows, validation rows or None, stats) of `config.data` (`reasoner.data.unpaired.prepare_kto`)."""
-    from trainers.data import load_splits
+    from trainers.data import load_prepared
 
-    splits = splits if splits is not None else load_splits(config.data, kind="kto", workdir=workdir)
-    d = config.data
-    rows, stats = prepare_kto(splits["train"], tokenizer, seq_len=d.seq_len, overflow=d.overflow, split="train")
-    val_rows = None
-    if "validation" in splits:
-        val_rows, _ = prepare_kto(splits["validation"], tokenizer, seq_len=d.seq_len, overflow=d.overflow,
-                                  split="validation")
-    return rows, val_rows, stats
+    return load_prepared(config, kind="kto", prepare=prepare_kto, tokenizer=tokenizer, workdir=workdir,
+                         splits=splits)
 
 
 # ============================================================================================== setup and step

@@ -46,17 +46,10 @@ def sft_denominator(batch: dict) -> jax.Array:
 # ============================================================================================== data
 def load_rows(config, *, tokenizer, workdir, splits=None):
     """(train rows, validation rows or None, packing stats) of `config.data`, tokenized and packed."""
-    from trainers.data import load_splits
+    from trainers.data import load_prepared
 
-    splits = splits if splits is not None else load_splits(config.data, kind="sft", workdir=workdir)
-    d = config.data
-    rows, stats = prepare_sft(splits["train"], tokenizer, seq_len=d.seq_len, overflow=d.overflow,
-                              packing=d.packing, split="train")
-    val_rows = None
-    if "validation" in splits:
-        val_rows, _ = prepare_sft(splits["validation"], tokenizer, seq_len=d.seq_len, overflow=d.overflow,
-                                  packing=d.packing, split="validation")
-    return rows, val_rows, stats
+    return load_prepared(config, kind="sft", prepare=prepare_sft, tokenizer=tokenizer, workdir=workdir,
+                         splits=splits, packing=config.data.packing)
 
 
 # ============================================================================================== step
