@@ -8,6 +8,9 @@ bootstrap_interval: the percentile bootstrap. Resample the n items with replacem
     statistic on each resample, and take the (alpha/2, 1 - alpha/2) quantiles. Seeded: the same seed gives the
     same interval. Statistics: "mean", "ratio" (sum of the first array / sum of the second, e.g. efficiency
     as total shortest-proof steps over total steps taken) or a callable on [R, n] arrays returning [R].
+slope_interval: the least-squares slope of y over x = 0, 1, ... (e.g. GRPO's mean reward per step) with the
+    t interval slope +- t_{n-2} * se, se = sqrt(sum(residual^2) / (n - 2) / sum((x - mean x)^2)): whether a
+    per-step curve rises beyond its step-to-step noise. Needs n >= 3 points.
 """
 
 from __future__ import annotations
@@ -109,3 +112,22 @@ def bootstrap_interval(
     low, high = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
     estimate = float(np.asarray(fn(*(a[None, :] for a in arrays))).reshape(-1)[0])
     return Interval(estimate, float(low), float(high), confidence, "bootstrap-percentile", int(n))
+
+
+def slope_interval(y, *, confidence: float = 0.95) -> Interval:
+    """Least-squares slope of `y` [n] over its index 0..n-1 with the Student-t interval (module docstring)."""
+    from scipy import stats
+
+    y = np.asarray(y, np.float64)
+    if y.ndim != 1 or y.shape[0] < 3:
+        raise ValueError(f"y of shape {y.shape}: expected a 1-D series of at least 3 points for a slope interval")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y contains NaN or inf: expected a finite value per step")
+    _z(confidence)  # validates
+    n = y.shape[0]
+    x = np.arange(n, dtype=np.float64) - (n - 1) / 2.0
+    slope = float(x @ (y - y.mean()) / (x @ x))
+    resid = y - y.mean() - slope * x
+    se = math.sqrt(float(resid @ resid) / (n - 2) / float(x @ x))
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 2)) * se
+    return Interval(slope, slope - half, slope + half, confidence, "ols-slope-t", int(n))

@@ -15,6 +15,9 @@ Stages (each timed; progress bars throughout):
   3. sft    `trainers.sft.train` on the traces (best validation-loss checkpoint, exported to HF safetensors).
   4. eval of the SFT model.
   5. grpo   `trainers.grpo.train` from the SFT model with the A*-informed reward of `grpo.rewards`, then eval.
+            Its prompts: the first `grpo.data.limit` training records (0 = all), a fixed pool cycled each step so
+            per-step rewards are comparable; the report keeps the reward per step and its slope per step with a
+            95% t interval (`trainers.grpo.reward_slope`).
 Outputs under the workdir: `report/astar.json` (every model's report, timings, data figures, before/after table),
 `report/astar.png` (accuracy vs efficiency with the Pareto front and the search algorithms' own efficiency),
 `report/grpo_reward.png` (the GRPO stage's reward per step),
@@ -114,6 +117,21 @@ def _plot_grpo_rewards(metrics_path: pathlib.Path, png_path: pathlib.Path, *, na
         png_path.parent.mkdir(parents=True, exist_ok=True)
         plot_curves(metrics_path, png_path, keys=["reward", *[f"rewards/{n}" for n in names], "group_best",
                                                   "reward_std", "frac_reward_zero_std", "kl"])
+
+
+def _reward_slope(per_step: list) -> dict | None:
+    """The GRPO stage's mean reward per step as a least-squares slope per step with its 95% t interval
+    (`reasoner.metrics.intervals.slope_interval`): with a fixed prompt pool (`grpo.data.limit`) every step scores
+    the same prompts, so an interval above 0 says the training reward rose beyond its step-to-step noise.
+    None with fewer than 3 finite steps."""
+    from reasoner.metrics.intervals import slope_interval
+
+    ys = [float(y) for y in per_step if y is not None and y == y]
+    if len(ys) < 3:
+        return None
+    s = slope_interval(ys).as_dict()
+    _log(f"grpo: reward per step {', '.join(f'{y:.3f}' for y in ys)}; slope {format_interval(s)} per step")
+    return s
 
 
 def grpo_config(config):
@@ -242,13 +260,14 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
         cfg = grpo_config(config)
         reward_name = ", ".join(r.get("as", r["name"]) for r in cfg.rewards)
+        pool = splits["train"]["records"][: int(cfg.data.get("limit", 0)) or None]  # grpo.data.limit: first N
         res = timer.stage("grpo", lambda: grpo.train(
-            cfg, workdir=workdir / "grpo", model=model, tokenizer=tokenizer,
-            examples=splits["train"]["records"], progress=progress))
+            cfg, workdir=workdir / "grpo", model=model, tokenizer=tokenizer, examples=pool, progress=progress))
         if res.preempted:
             return _preempted("grpo")
+        per_step = [h.get("reward") for h in res.history]
         summary_models["grpo"] = {"last_metrics": res.last_metrics, "history": res.history,
-                                  "reward_per_step": [h.get("reward") for h in res.history]}
+                                  "reward_per_step": per_step, "reward_slope": _reward_slope(per_step)}
         _plot_grpo_rewards(workdir / "grpo" / "metrics.jsonl", workdir / "report" / "grpo_reward.png",
                            names=[r.get("as", r["name"]) for r in cfg.rewards])
         model = res.model()

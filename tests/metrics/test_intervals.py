@@ -98,3 +98,30 @@ def test_bad_inputs_raise():
         iv.bootstrap_interval(np.ones(3), statistic="ratio")
     with pytest.raises(ValueError, match="statistic='median'"):
         iv.bootstrap_interval(np.ones(3), statistic="median")
+
+
+def test_slope_interval_matches_scipy_linregress():
+    """Slope and its t interval equal scipy.stats.linregress's slope +- t_{n-2} * stderr."""
+    y = np.array([0.5, 0.125, 0.0, 0.375, 0.6, 0.7, 0.55, 0.9])
+    got = iv.slope_interval(y, confidence=0.9)
+    ref = scipy_stats.linregress(np.arange(len(y)), y)
+    half = scipy_stats.t.ppf(0.95, len(y) - 2) * ref.stderr
+    tol = 64 * np.finfo(np.float64).eps  # a handful of float64 sums of O(1) values
+    assert got.estimate == pytest.approx(ref.slope, abs=tol)
+    assert got.low == pytest.approx(ref.slope - half, abs=tol)
+    assert got.high == pytest.approx(ref.slope + half, abs=tol)
+    assert (got.n, got.method) == (8, "ols-slope-t")
+
+
+def test_slope_interval_of_a_flat_series_is_exactly_zero():
+    """All-equal rewards (e.g. every completion failed): slope 0 with a zero-width interval, where scipy's
+    linregress returns a NaN stderr (0/0 in its correlation)."""
+    got = iv.slope_interval([0.0, 0.0, 0.0, 0.0])
+    assert (got.estimate, got.low, got.high) == (0.0, 0.0, 0.0)
+
+
+def test_slope_interval_bad_inputs_raise():
+    with pytest.raises(ValueError, match="at least 3 points"):
+        iv.slope_interval([0.1, 0.2])
+    with pytest.raises(ValueError, match="NaN or inf"):
+        iv.slope_interval([0.1, float("nan"), 0.2])

@@ -91,7 +91,8 @@ def test_tiny_demo_end_to_end_through_the_cli(tmp_path):
 
     cmd = [sys.executable, "-m", "reasoner.cli", "demo", "--workdir", str(tmp_path), "--no-progress",
            "--config", f"{CONFIG}:tiny", "--config.data.test=2", "--config.eval.max_new_tokens=8",
-           "--config.eval.batch_size=2", "--config.grpo.grpo.max_new_tokens=8"]
+           "--config.eval.batch_size=2", "--config.grpo.grpo.max_new_tokens=8", "--config.grpo.train.num_steps=3",
+           "--config.grpo.data.limit=2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[astar] devices: 1 x cpu" in proc.stdout
@@ -106,6 +107,11 @@ def test_tiny_demo_end_to_end_through_the_cli(tmp_path):
     grpo_records = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert doc["trainers"]["grpo"]["reward_per_step"] == [r["reward"] for r in grpo_records if r["kind"] == "train"]
     assert (tmp_path / "report" / "grpo_reward.png").stat().st_size > 0
+    # its slope per step with the 95% t interval (numbers checked against scipy in tests/metrics/test_intervals.py)
+    from reasoner.metrics.intervals import slope_interval
+
+    per_step = doc["trainers"]["grpo"]["reward_per_step"]
+    assert len(per_step) == 3 and doc["trainers"]["grpo"]["reward_slope"] == slope_interval(per_step).as_dict()
 
 def test_paper_configs_every_variant():
     from configs import astar_paper
