@@ -8,7 +8,8 @@ Variants:
   None / "cpu": sized to finish in <= 30 min on a 2-core CPU: DeepRD with L in 2..3, B in 2..3 and few extra vertices
     (short prompts and traces), 240 train / 16 validation / 64 test problems, one SFT epoch at lr 1e-4 (the paper's
     2e-5 is for 1B/3B models over 3 epochs of 2000 problems; a 135M model on 240 problems needs a larger step), a
-    short GRPO run (LoRA on a fixed 2-prompt pool, see get_config), greedy evaluation with 192 new tokens (the longest dependency trace in the test split fits).
+    short GRPO run (LoRA on a fixed 2-prompt pool, see get_config), greedy evaluation with 192 new tokens (the
+    longest dependency trace in the test split fits).
   "tiny": random 2-layer model with SmolLM2's tokenizer and a handful of problems, for tests and smoke runs.
 `single_device`: the demo runs on one CPU device even when XLA_FLAGS simulates 8 (simulated devices split the same
 cores and only add collectives).
@@ -67,12 +68,14 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
         # attention/MLP projection; lr 2e-5: on the same sampling seeds one Adam step at 1e-4 took the pool's
         # step-2 reward from 0.375 (lr ~0) to 0.000 (3e-4 did the same; 2e-5: 0.250), so larger steps break it;
         # beta 0 (TRL's default: no reference pass); grad_accum 4 (16 rows in one pass peaked at 15.5 GB).
-        # About 85 s a step when the machine is quiet. The report keeps the reward per step and its slope with a
-        # 95% interval (trainers.grpo.reward_slope).
+        # About 85 s a step when the machine is quiet; 4 steps keep the stage near its old ~450 s so the demo stays
+        # within 20 minutes (6 would not show a trend either: the step-to-step standard error of a 16-sample mean
+        # is ~0.1). The report keeps the reward per step and its slope with a 95% interval
+        # (trainers.grpo.reward_slope).
         return common.update(c, {"grpo.data.limit": 2, "grpo.grpo.prompts_per_step": 2,
                                  "grpo.grpo.num_generations": 8, "grpo.grpo.grad_accum": 4, "grpo.grpo.beta": 0.0,
                                  "grpo.grpo.temperature": 0.7, "grpo.lora.rank": 16, "grpo.lora.alpha": 32.0,
-                                 "grpo.optim.lr": 2e-5, "grpo.train.num_steps": 6})
+                                 "grpo.optim.lr": 2e-5, "grpo.train.num_steps": 4})
     if variant == "tiny":
         # Batches are multiples of 8 so the variant also runs on 8 simulated devices (tests), not only on one.
         return common.tiny(c, {"data.train": 8, "data.validation": 4, "data.test": 4, "sft.data.seq_len": 384,
