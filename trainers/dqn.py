@@ -43,7 +43,7 @@ import numpy as np
 import optax
 from flax import nnx, struct
 
-from reasoner.agents.rlot.navigator import Navigator, num_params
+from reasoner.agents.rlot.navigator import GreedyNavigator, Navigator
 
 TRAINER = "dqn"
 
@@ -333,8 +333,9 @@ def _check_obs(obs, n: int, where: str) -> np.ndarray:
 
 
 @dataclasses.dataclass
-class DQNResult:
-    """A trained navigator: greedy `act`, `q_values`, the final `state` and the per-batch `history`."""
+class DQNResult(GreedyNavigator):
+    """A trained navigator: greedy `act`, `q_values` (`GreedyNavigator`), the final `state` and the per-batch
+    `history`."""
 
     graphdef: Any
     state: DQNState
@@ -342,17 +343,9 @@ class DQNResult:
     resumed_from: int | None
     preempted: bool = False
 
-    def q_values(self, obs_NxS) -> np.ndarray:
-        """float32[n, num_actions] from the online network."""
-        return np.asarray(_q_jit(self.graphdef, self.state.online, jnp.asarray(obs_NxS, jnp.float32)))
-
-    def act(self, obs_NxS) -> np.ndarray:
-        """Greedy actions int32[n]."""
-        return np.argmax(self.q_values(obs_NxS), axis=-1).astype(np.int32)
-
     @property
-    def num_params(self) -> int:
-        return num_params(nnx.merge(self.graphdef, self.state.online))
+    def online_params(self):
+        return self.state.online
 
     def navigator(self) -> Navigator:
         return nnx.merge(self.graphdef, self.state.online)
@@ -362,9 +355,6 @@ class DQNResult:
         return dict(self.history[-1]) if self.history else {}
 
     eval_history: tuple = ()  # the DQN has no periodic evaluation; `reasoner train` reads this
-
-
-_q_jit = jax.jit(q_values, static_argnames=("graphdef",))
 
 
 def _section(config) -> ml_collections.ConfigDict:

@@ -12,8 +12,11 @@ has "fewer than 3K" parameters and this is exactly the layout of the authors' co
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 NUM_SCORES = 7
@@ -48,3 +51,31 @@ class Navigator(nnx.Module):
 def num_params(module: nnx.Module) -> int:
     """Number of scalar parameters (nnx.Param leaves) of a module."""
     return int(sum(x.size for x in jax.tree.leaves(nnx.state(module, nnx.Param))))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _q(graphdef, params, obs_NxS):
+    return nnx.merge(graphdef, params)(obs_NxS)
+
+
+class GreedyNavigator:
+    """The greedy policy of a navigator held as `graphdef` and `online_params` (a trained DQN's result,
+    `trainers.dqn.DQNResult`, or one read back from its checkpoints, `reasoner.agents.rlot.transfer`)."""
+
+    graphdef: object
+
+    @property
+    def online_params(self):
+        raise NotImplementedError
+
+    def q_values(self, obs_NxS) -> np.ndarray:
+        """float32[n, num_actions] from the online network."""
+        return np.asarray(_q(self.graphdef, self.online_params, jnp.asarray(obs_NxS, jnp.float32)))
+
+    def act(self, obs_NxS) -> np.ndarray:
+        """Greedy actions int32[n]."""
+        return np.argmax(self.q_values(obs_NxS), axis=-1).astype(np.int32)
+
+    @property
+    def num_params(self) -> int:
+        return num_params(nnx.merge(self.graphdef, self.online_params))

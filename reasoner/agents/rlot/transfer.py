@@ -17,15 +17,12 @@ so a navigator of any buffer size or width loads; its `online` parameters are th
 from __future__ import annotations
 
 import dataclasses
-import functools
 import pathlib
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
-from reasoner.agents.rlot.navigator import Navigator, num_params
+from reasoner.agents.rlot.navigator import GreedyNavigator, Navigator
 
 
 class NavigatorLoadError(ValueError):
@@ -33,9 +30,10 @@ class NavigatorLoadError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainedNavigator:
-    """A navigator restored from a DQN run: `act` / `q_values` as `trainers.dqn.DQNResult`'s, and where it came from
-    (`source` checkpoint directory, the run loop's `step`, `episodes` trained, optimizer `updates`)."""
+class TrainedNavigator(GreedyNavigator):
+    """A navigator restored from a DQN run: `act` / `q_values` as `trainers.dqn.DQNResult`'s (both a
+    `GreedyNavigator`), and where it came from (`source` checkpoint directory, the run loop's `step`, `episodes`
+    trained, optimizer `updates`)."""
 
     graphdef: object
     params: object
@@ -44,22 +42,9 @@ class TrainedNavigator:
     episodes: int
     updates: int
 
-    def q_values(self, obs_NxS) -> np.ndarray:
-        """float32[n, num_actions] from the online network."""
-        return np.asarray(_q(self.graphdef, self.params, jnp.asarray(obs_NxS, jnp.float32)))
-
-    def act(self, obs_NxS) -> np.ndarray:
-        """Greedy actions int32[n]."""
-        return np.argmax(self.q_values(obs_NxS), axis=-1).astype(np.int32)
-
     @property
-    def num_params(self) -> int:
-        return num_params(nnx.merge(self.graphdef, self.params))
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def _q(graphdef, params, obs_NxS):
-    return nnx.merge(graphdef, params)(obs_NxS)
+    def online_params(self):
+        return self.params
 
 
 def run_directory(path) -> pathlib.Path:
