@@ -35,7 +35,8 @@ from trainers.losses import (PAIR_LOSS_TYPES, REFERENCE_FREE_LOSS_TYPES, dpo_per
                              orpo_nll, orpo_per_pair_loss, simpo_per_pair_loss)
 from trainers.loop import LoopResult, run_loop, train_flops_per_token
 from trainers.data import batch_iterator
-from trainers.run import Frozen, Run, RowsRun, load_tokenizer_for, merged_for_export, setup_rows, with_reference
+from trainers.run import (Frozen, Run, RowsRun, load_tokenizer_for, merged_for_export, rows_update, setup_rows,
+                          with_reference)
 from trainers.step import jit_train_step, make_train_step
 
 SIDES = ("chosen", "rejected")
@@ -282,17 +283,7 @@ def make_eval_fn(s: RowsRun, dpo_cfg, *, batch_size: int):
 
 def make_update(s: RowsRun):
     """`update(state, host_batch) -> (state, host metrics as TRL's per-pair means)` for `run_loop`."""
-
-    def update(state, host_batch):
-        state, metrics = s.step(state, s.run.frozen, to_global_batch(host_batch, s.run.mesh))
-        host = mean_metrics({k: float(v) for k, v in jax.device_get(metrics).items()})
-        host.update(truncated=s.stats.truncated, dropped=s.stats.dropped,
-                    epoch=(s.iterator.step - 1) // s.iterator.steps_per_epoch,
-                    batch_tokens=sum(int(np.count_nonzero(v)) for k, v in host_batch.items()
-                                     if k.endswith("segment_ids")))
-        return state, host
-
-    return update
+    return rows_update(s, reduce=mean_metrics, token_keys=("chosen_segment_ids", "rejected_segment_ids"))
 
 
 def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None, devices=None) -> LoopResult:

@@ -175,21 +175,16 @@ def evaluate(run, sampler, state, *, examples: Sequence[Mapping], reward, settin
 # ============================================================================================== export, counts
 def export_params(run, result, *, workdir, settings: EvalSettings, meta: dict, log: Callable[[str], None] = print):
     """The params to export: the best checkpoint's when `settings.export_best` and one exists, else the final."""
-    from reasoner.checkpoint import RunCheckpoints
+    from trainers.run import best_params
 
     if not settings.export_best:
         return result.state.params
-    ckpt = RunCheckpoints(workdir, best_metric=settings.best_metric, best_mode="max", async_save=False)
-    try:
-        step = ckpt.best_step()
-        if step is None:
-            log(f"[grpo] export: no evaluation reached best/ ({settings.best_metric}); exporting the final state")
-            return result.state.params
-        best, _, _ = ckpt.restore(result.state, expected_meta=meta, which="best")
+    params, step = best_params(result, workdir=workdir, best_metric=settings.best_metric, best_mode="max", meta=meta)
+    if step is None:
+        log(f"[grpo] export: no evaluation reached best/ ({settings.best_metric}); exporting the final state")
+    else:
         log(f"[grpo] export: the best checkpoint, step {step} by {settings.best_metric}")
-        return best.params
-    finally:
-        ckpt.close()
+    return params
 
 
 def failure_metrics(reward) -> dict[str, float]:

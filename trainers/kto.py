@@ -39,7 +39,7 @@ from reasoner.data.unpaired import KL_FIELDS, ROW_FIELDS, KLBatches, prepare_kto
 from reasoner.models.scoring import sequence_logps
 from trainers.loop import LoopResult, run_loop, train_flops_per_token
 from trainers.losses import kto_losses
-from trainers.run import Frozen, RowsRun, load_tokenizer_for, merged_for_export, setup_rows
+from trainers.run import Frozen, RowsRun, load_tokenizer_for, merged_for_export, rows_update, setup_rows
 
 SIDES = ("chosen", "rejected")  # TRL's metric names for desirable / undesirable examples
 
@@ -173,17 +173,8 @@ def build_kto(config, *, workdir, tokenizer=None, splits=None, devices=None) -> 
 
 
 def make_update(s: RowsRun):
-    """`update(state, host_batch) -> (state, host metrics)` for `run_loop`."""
-
-    def update(state, host_batch):
-        state, metrics = s.step(state, s.run.frozen, to_global_batch(host_batch, s.run.mesh))
-        host = host_means({k: float(v) for k, v in jax.device_get(metrics).items()})
-        host.update(truncated=s.stats.truncated, dropped=s.stats.dropped,
-                    epoch=(s.iterator.step - 1) // s.iterator.steps_per_epoch,
-                    batch_tokens=int(np.count_nonzero(host_batch["segment_ids"])))
-        return state, host
-
-    return update
+    """`update(state, host_batch) -> (state, host metrics)` for `run_loop` (TRL's means: `host_means`)."""
+    return rows_update(s, reduce=host_means)
 
 
 # ============================================================================================== eval

@@ -160,6 +160,22 @@ def merged_for_export(run: Run, params):
     return model
 
 
+def best_params(result, *, workdir, best_metric: str, best_mode: str = "min", meta: dict):
+    """(params, step): those of the checkpoint `workdir/best/` keeps for `best_metric`, or (the final params, None)
+    when it holds none (no evaluation ran). `meta` is what the run's checkpoints must match (trainer, fingerprint)."""
+    from reasoner.checkpoint import RunCheckpoints
+
+    ckpt = RunCheckpoints(workdir, best_metric=best_metric, best_mode=best_mode, async_save=False)
+    try:
+        step = ckpt.best_step()
+        if step is None:
+            return result.state.params, None
+        best, _, _ = ckpt.restore(result.state, expected_meta=meta, which="best")
+        return best.params, step
+    finally:
+        ckpt.close()
+
+
 # ---------------------------------------------------------------------------------------------- shardings
 def split_trainable(model, *, lora: bool):
     """(graphdef, trainable pure dict, frozen pure dict, trainable nnx.State, frozen nnx.State)."""
@@ -238,6 +254,26 @@ class RowsRun:
     stats: Any
     iterator: Any
     step: Any
+
+
+def rows_update(s: RowsRun, *, reduce=None, token_keys=("segment_ids",)):
+    """`update(state, host_batch) -> (state, host metrics)` for `run_loop` over `s.iterator`: `s.step` on the global
+    batch, its metrics as floats through `reduce` (a trainer's host means; None: as they are), the preparation's
+    truncated / dropped counts, the epoch, and the batch's non-padding tokens over `token_keys`."""
+    import numpy as np
+
+    from reasoner.data.pipeline import to_global_batch
+
+    def update(state, host_batch):
+        state, metrics = s.step(state, s.run.frozen, to_global_batch(host_batch, s.run.mesh))
+        host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        host = reduce(host) if reduce is not None else host
+        host.update(truncated=s.stats.truncated, dropped=s.stats.dropped,
+                    epoch=(s.iterator.step - 1) // s.iterator.steps_per_epoch,
+                    batch_tokens=sum(int(np.count_nonzero(host_batch[k])) for k in token_keys))
+        return state, host
+
+    return update
 
 
 def setup_rows(config, rows: dict, *, tokenizer, devices=None) -> tuple[Any, Run]:

@@ -15,15 +15,15 @@ import pathlib
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from reasoner.checkpoint import fingerprint
-from reasoner.data.pipeline import BatchIterator, batch_sharding, eval_batches, prepare_sft, to_global_batch
+from reasoner.data.pipeline import batch_sharding, eval_batches, prepare_sft, to_global_batch
 from reasoner.models.scoring import sequence_logps
 from trainers.losses import sft_loss_sum, target_mask
 from trainers.loop import LoopResult, run_loop, train_flops_per_token
-from trainers.run import Frozen, Run, RowsRun, load_tokenizer_for, merged_for_export, setup_rows
+from trainers.run import (Frozen, Run, RowsRun, best_params, load_tokenizer_for, merged_for_export,
+                          rows_update, setup_rows)
 from trainers.step import jit_train_step, make_train_step
 
 
@@ -63,18 +63,9 @@ def make_step(run: Run, rows: dict):
         metrics_sharding=run.shardings.replicated)
 
 
-def make_update(run: Run, step, iterator: BatchIterator, *, stats):
-    """`update(state, host_batch) -> (state, host metrics)` for `run_loop`."""
-
-    def update(state, host_batch):
-        state, metrics = step(state, run.frozen, to_global_batch(host_batch, run.mesh))
-        host = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        host.update(truncated=stats.truncated, dropped=stats.dropped,
-                    epoch=(iterator.step - 1) // iterator.steps_per_epoch,
-                    batch_tokens=int(np.count_nonzero(host_batch["segment_ids"])))
-        return state, host
-
-    return update
+def make_update(s: RowsRun):
+    """`update(state, host_batch) -> (state, host metrics)` for `run_loop` (`trainers.run.rows_update`)."""
+    return rows_update(s)
 
 
 # ============================================================================================== eval
@@ -117,7 +108,7 @@ def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None
     eval_fn = make_eval_fn(run, s.val_rows, batch_size=config.train.batch_size) if s.val_rows is not None else None
     meta = {"trainer": "sft", "fingerprint": fingerprint(run.state), "data": s.stats.as_dict()}
     result = run_loop(
-        run, source=iterator, update=make_update(run, s.step, iterator, stats=s.stats), workdir=workdir,
+        run, source=iterator, update=make_update(s), workdir=workdir,
         trainer="sft", meta=meta, eval_fn=eval_fn, eval_every=iterator.steps_per_epoch,
         best_metric="val_loss" if eval_fn is not None else None,
         flops_per_token=train_flops_per_token(run.model_cfg, seq_len=config.data.seq_len), progress=progress)
@@ -128,14 +119,8 @@ def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None
 
 def export(run: Run, result: LoopResult, *, workdir, out_dir) -> str:
     """Writes HF safetensors of the best-validation checkpoint (or the final state without validation)."""
-    from reasoner.checkpoint import RunCheckpoints
     from reasoner.models.export import export_hf
 
-    params = result.state.params
-    ckpt = RunCheckpoints(workdir, best_metric="val_loss", async_save=False)
-    if ckpt.best_step() is not None:
-        meta = {"trainer": "sft", "fingerprint": fingerprint(result.state)}
-        best_state, _, _ = ckpt.restore(result.state, expected_meta=meta, which="best")
-        params = best_state.params
-    ckpt.close()
+    params, _ = best_params(result, workdir=workdir, best_metric="val_loss",
+                            meta={"trainer": "sft", "fingerprint": fingerprint(result.state)})
     return export_hf(merged_for_export(run, params), str(out_dir), tokenizer=run.tokenizer)
