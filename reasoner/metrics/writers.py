@@ -113,6 +113,12 @@ def flatten_config(config, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def table_columns(rows: Sequence[Mapping[str, Any]]) -> dict:
+    """Rows (same keys, at least one) as {"columns", "data"}: what W&B's and trackio's `Table` take."""
+    columns = list(rows[0])
+    return {"columns": columns, "data": [[_clean(r.get(c)) for c in columns] for r in rows]}
+
+
 def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Rows (same keys) as a markdown table; cell text has `|` escaped and newlines as spaces."""
     if not rows:
@@ -238,9 +244,7 @@ class WandbWriter:
         import wandb
 
         if rows:
-            columns = list(rows[0])
-            data = [[_clean(r.get(c)) for c in columns] for r in rows]
-            self._run().log({name: wandb.Table(columns=columns, data=data)}, step=int(step))
+            self._run().log({name: wandb.Table(**table_columns(rows))}, step=int(step))
 
     def close(self) -> None:
         if self.run is not None:
@@ -280,9 +284,7 @@ class TrackioWriter:
         import trackio
 
         if rows:
-            columns = list(rows[0])
-            data = [[_clean(r.get(c)) for c in columns] for r in rows]
-            self._run().log({name: trackio.Table(columns=columns, data=data)}, step=int(step))
+            self._run().log({name: trackio.Table(**table_columns(rows))}, step=int(step))
 
     def close(self) -> None:
         if self.run is not None:
