@@ -56,9 +56,6 @@ def answer_span(text: str) -> str | None:
     return None if span is None else span.strip()
 
 
-first_answer_span = answer_span  # the name the paper's reading was first published under
-
-
 def answer_code(text: str) -> str:
     """The program of a CEDAR code answer (Crypto, ListFunction): the first fenced block of `answer_span`, else the
     span itself; "" when the completion has no complete answer span (it then defines no `transform`: reward 0)."""

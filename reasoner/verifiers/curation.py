@@ -56,6 +56,7 @@ import re
 from typing import Mapping
 
 from reasoner.verifiers import smtlib
+from reasoner.verifiers.z3_runner import verdict_lines
 
 LAMBDA_GND = 0.25
 _Z3_ERROR = re.compile(r'\(error "')
@@ -118,11 +119,6 @@ class CallAttributes:
         return self.executable and self.real_verdict and not self.trivial and self.grounded
 
 
-def _verdict_lines(text: str) -> list[str]:
-    """The verdicts in Z3 output, read as `z3_runner.parse_output` reads them (a line that is only the word)."""
-    return [line.strip() for line in text.splitlines() if line.strip() in ("sat", "unsat", "unknown")]
-
-
 def call_outcome(observation: Mapping) -> tuple[bool, str | None]:
     """(executable, verdict) of one z3_solve record (or `Z3Result.to_dict()`) under the module's rule.
 
@@ -134,10 +130,10 @@ def call_outcome(observation: Mapping) -> tuple[bool, str | None]:
     output = observation.get("output") or ""
     error_at = _Z3_ERROR.search(output)
     if error_at is not None:
-        before = _verdict_lines(output[:error_at.start()])
+        before = verdict_lines(output[:error_at.start()])
         failed = before[-1] if before else None
     else:  # a timeout (its last check-sat printed unknown) or a call that never printed anything
-        verdicts = _verdict_lines(output)
+        verdicts = verdict_lines(output)
         before = verdicts[:-1]
         failed = verdicts[-1] if verdicts else observation.get("sat_result")
     if before and before[-1] in ("sat", "unsat"):

@@ -73,11 +73,16 @@ class Z3Result:
         return dataclasses.asdict(self) | {"verdicts": list(self.verdicts)}
 
 
+def verdict_lines(output: str) -> list[str]:
+    """The verdicts in Z3's printed output, in order: the lines that are only sat, unsat or unknown."""
+    return [line.strip() for line in output.splitlines() if line.strip() in VERDICTS]
+
+
 def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = None) -> Z3Result:
     """Turn Z3's printed output into a Z3Result following the module's rule."""
     from reasoner.verifiers.smtlib import top_level_spans
 
-    verdicts = tuple(line.strip() for line in output.splitlines() if line.strip() in VERDICTS)
+    verdicts = tuple(verdict_lines(output))
     errors = [m.group(1).replace('""', '"') for m in _ERROR.finditer(output)]
     models = [b for b in (output[a:e] for a, e in top_level_spans(output, code=False))
               if not b.startswith("(error") and ("define-fun" in b or b.startswith("(model") or b == "()")]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from reasoner.tasks.cedar_verify import first_answer_span, load_records, score, uniadilr_gold
+from reasoner.tasks.cedar_verify import answer_span, load_records, score, uniadilr_gold
 
 
 def _answer(text):
@@ -15,9 +15,9 @@ def _answer(text):
 
 
 def test_first_answer_span_is_taken_case_insensitively_across_lines():
-    assert first_answer_span("<ANSWER>\n 1 \n</Answer> later <answer>2</answer>") == "1"
-    assert first_answer_span("<answer>unterminated") is None
-    assert first_answer_span("no tags") is None
+    assert answer_span("<ANSWER>\n 1 \n</Answer> later <answer>2</answer>") == "1"
+    assert answer_span("<answer>unterminated") is None
+    assert answer_span("no tags") is None
 
 
 def test_abductionrules_real(shared_data):
