@@ -25,15 +25,37 @@ STRICT = pytest.mark.skipif(not unshare_works(), reason="unshare --net --pid --m
 PROBE = "/tmp/sandbox_escape_probe.txt"
 
 
+def _status(pid: str) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+
+
+def _others_descendant(pid: str, status: dict) -> bool:
+    """Whether `pid` descends from the test run's controller through another of its children than this process:
+    another xdist worker's sandboxes and jailed Z3 pool workers (uid nobody too, alive for as long as their test
+    keeps its pool). Ours descend through this process; a leaked double-forked child is reparented away from both."""
+    here, controller = str(os.getpid()), str(os.getppid())
+    while True:
+        parent = status.get("PPid", "0").strip()
+        if parent == here:
+            return False
+        if parent == controller:
+            return pid != here
+        if parent in ("0", "1"):
+            return False
+        pid, status = parent, _status(parent)
+
+
 def nobody_processes() -> int:
-    """Live processes of uid 65534 (zombies excluded): what a finished sandbox would leave behind."""
+    """Live processes of uid 65534 (zombies excluded) that are not another test worker's: what a finished sandbox
+    of this process would leave behind."""
     count = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/status") as f:
-                    fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
-                count += fields["Uid"].split()[0] == "65534" and not fields["State"].strip().startswith("Z")
+                fields = _status(entry)
+                count += (fields["Uid"].split()[0] == "65534" and not fields["State"].strip().startswith("Z")
+                          and not _others_descendant(entry, fields))
             except (OSError, KeyError, ValueError):
                 pass
     return count
