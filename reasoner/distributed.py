@@ -89,22 +89,28 @@ def _auto_detectable(env) -> bool:
 _initialized = False
 
 
+def _env_seconds(env, name: str) -> int | None:
+    """The whole number of seconds >= 1 in the variable `name`, None when it is unset; ValueError naming it else."""
+    value = env.get(name, "")
+    if not value:
+        return None
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = 0
+    if seconds < 1:
+        raise ValueError(f"{name}={value!r}: expected a whole number of seconds >= 1")
+    return seconds
+
+
 def _timeouts(env) -> dict[str, int]:
     """`REASONER_HEARTBEAT_TIMEOUT_S` -> jax.distributed's heartbeat timeout (JAX's default, 100 s, otherwise).
 
     A peer that sends no heartbeat for that long is declared dead and the whole job stops; processes
     sharing an oversubscribed host (`launch/local_processes.py`) can miss that, so the launcher raises it.
     """
-    value = env.get("REASONER_HEARTBEAT_TIMEOUT_S", "")
-    if not value:
-        return {}
-    try:
-        seconds = int(value)
-    except ValueError:
-        seconds = 0
-    if seconds < 1:
-        raise ValueError(f"REASONER_HEARTBEAT_TIMEOUT_S={value!r}: expected a whole number of seconds >= 1")
-    return {"heartbeat_timeout_seconds": seconds}
+    seconds = _env_seconds(env, "REASONER_HEARTBEAT_TIMEOUT_S")
+    return {} if seconds is None else {"heartbeat_timeout_seconds": seconds}
 
 
 def maybe_initialize() -> ClusterSpec:
@@ -182,18 +188,9 @@ def barrier(name: str, *, timeout_s: float = 3600.0) -> None:
 
 def exit_barrier_timeout_s(env=None) -> float:
     """How long a finished process waits for the job's others at the end of a command (`REASONER_EXIT_TIMEOUT_S`,
-    default one hour: a large export by process 0 alone can take many minutes)."""
-    env = os.environ if env is None else env
-    value = env.get("REASONER_EXIT_TIMEOUT_S", "")
-    if not value:
-        return 3600.0
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if seconds <= 0:
-        raise ValueError(f"REASONER_EXIT_TIMEOUT_S={value!r}: expected a number of seconds > 0")
-    return seconds
+    whole seconds; default one hour: a large export by process 0 alone can take many minutes)."""
+    seconds = _env_seconds(os.environ if env is None else env, "REASONER_EXIT_TIMEOUT_S")
+    return 3600.0 if seconds is None else float(seconds)
 
 
 def primary_first(name: str, fn, *, timeout_s: float = 3600.0):
