@@ -4,7 +4,9 @@
         Table 8 correctness of completions against records in the source's published format, one
         `{"id", "reward"}` JSON line per completion.
   data  --data-dir DIR --out DIR [--user-data-dir DIR] [--scale S] [--validation-scale S] [--seed N]
-        The App. A.1 mixture (`reasoner.data.cedar_mixture`): OUT/train.jsonl, OUT/validation.jsonl, OUT/mixture.json.
+        [--generated-crypto N] [--generated-list-functions N]
+        The App. A.1 mixture (`reasoner.data.cedar_mixture`): OUT/train.jsonl, OUT/validation.jsonl, OUT/mixture.json;
+        the --generated-* flags add our own seeded tasks (`reasoner.data.cedar_generators`) to the training split.
   eval  --model CKPT|embedded [--input FILE | --data-dir DIR ...] [--judge-endpoint URL] --json
         Correctness per source (Wilson 95%), judged coverage and directionality (bootstrap 95%) and the App. E
         text proxies (`reasoner.pipelines.cedar_eval`) of greedy completions of a mixture file (--input, e.g.
@@ -43,6 +45,10 @@ def register(subparsers) -> None:
         parser.add_argument("--seed", type=int, default=42)
         parser.add_argument("--sources", default=",".join(SOURCES), help="comma-separated source names")
         parser.add_argument("--max-prompt-chars", type=int, default=0, help="keep only prompts this short (0: all)")
+        parser.add_argument("--generated-crypto", type=int, default=0, metavar="N",
+                            help="add N of our own Caesar/Atbash tasks to the training split (cedar_generators)")
+        parser.add_argument("--generated-list-functions", type=int, default=0, metavar="N",
+                            help="add N of our own list-function tasks to the training split")
 
     data = sub.add_parser("data", help="build the App. A.1 training mixture as JSONL")
     mixture_args(data, scale=1.0, validation_scale=None)
@@ -70,7 +76,8 @@ def _spec(args):
 
     return MixtureSpec(scale=args.scale, validation_scale=args.validation_scale, seed=args.seed,
                        sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
-                       max_prompt_chars=args.max_prompt_chars)
+                       max_prompt_chars=args.max_prompt_chars, generated_crypto=args.generated_crypto,
+                       generated_list_functions=args.generated_list_functions)
 
 
 def _data_dir(args):
@@ -97,7 +104,8 @@ def run_data(args) -> int:
         for note in mixture.notes:
             print(f"note: {note}")
         for source, c in mixture.counts.items():
-            print(f"{source}: train {c['train']}, validation {c['validation']}")
+            ours = f" ({c['generated']} generated)" if c.get("generated") else ""
+            print(f"{source}: train {c['train']}{ours}, validation {c['validation']}")
         print(f"wrote {paths['train']}, {paths['validation']}, {paths['summary']}")
     return 0
 

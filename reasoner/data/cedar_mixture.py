@@ -20,6 +20,11 @@ Every written row (one example): `source`, `group`, `id` (the record's own id), 
 Balanced COPA, CLIMATE-FEVER and CauseLogics carry no licence that lets us ship them: they are read from
 `user_dir` when given (layout in `USER_FILES`); without them the mixture leaves them out and `notes` names what to
 download and where. `max_prompt_chars` > 0 keeps only records whose rendered prompt is at most that long (CPU runs).
+
+`generated_crypto` / `generated_list_functions` > 0 add that many of our own tasks (`reasoner.data.cedar_generators`,
+seeded by `seed`; Crypto shared evenly by Caesar and Atbash) to the TRAINING split beside the staged rows, as groups
+`generated_caesar`, `generated_atbash` and `generated`; validation stays the published records. `counts[source]`
+then also has `generated`, the number of training rows that are ours.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from collections.abc import Mapping
 
 from reasoner.data.jsonl import iter_jsonl, write_jsonl
 from reasoner.tasks.cedar_prompts import training_messages
-from reasoner.tasks.cedar_verify import SOURCES, CedarRecord, example_of, load_records
+from reasoner.tasks.cedar_verify import SOURCES, CedarRecord, example_of, load_records, record_of
 
 PAPER_TRAIN = {"uniadilr": 320, "balanced_copa": 320, "causelogics": 320, "climate_fever": 320,
                "abductionrules": 320, "crypto": 160, "list_functions": 160}
@@ -71,8 +76,13 @@ class MixtureSpec:
     seed: int = 42
     sources: tuple[str, ...] = SOURCES
     max_prompt_chars: int = 0
+    generated_crypto: int = 0
+    generated_list_functions: int = 0
 
     def __post_init__(self):
+        for name in ("generated_crypto", "generated_list_functions"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"mixture {name}={getattr(self, name)!r}: expected an int >= 0")
         for name in ("scale", "validation_scale"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 1000:
@@ -222,7 +232,33 @@ def build_mixture(spec: MixtureSpec, *, data_dir, user_dir=None) -> Mixture:
                                  "(the staged file has no more" + (" short prompts" if spec.max_prompt_chars else "")
                                  + ")")
         counts[source] = got
+    _add_generated(spec, train, counts, notes)
     return Mixture(train, validation, counts, notes)
+
+
+def _add_generated(spec: MixtureSpec, train: list[dict], counts: dict, notes: list[str]) -> None:
+    """Appends `spec.generated_*` rows of our generators to `train` (module docstring)."""
+    from reasoner.data.cedar_generators import crypto_records, list_function_records
+
+    crypto = _shares(spec.generated_crypto, 2)
+    batches = [("crypto", "generated_caesar", crypto_records("caesar", n=crypto[0], seed=spec.seed)),
+               ("crypto", "generated_atbash", crypto_records("atbash", n=crypto[1], seed=spec.seed)),
+               ("list_functions", "generated", list_function_records(n=spec.generated_list_functions,
+                                                                     seed=spec.seed))]
+    for source, group, rows in batches:
+        if not rows:
+            continue
+        # The verifier's record is the inverse of the row's gold fields: the same `tests` load_records would read.
+        items = [_Item(row, record_of({"source": source, "id": row.get("id", row.get("index")), "tests": row["test"]}))
+                 for row in rows]
+        kept = _short(source, items, spec.max_prompt_chars) if spec.max_prompt_chars else items
+        if len(kept) < len(items):
+            notes.append(f"{source}/{group}: {len(items) - len(kept)} generated rows dropped (prompt over "
+                         f"{spec.max_prompt_chars} chars)")
+        train += [example_row(source, group, i) for i in kept]
+        got = counts.setdefault(source, {"train": 0, "validation": 0})
+        got["train"] += len(kept)
+        got["generated"] = got.get("generated", 0) + len(kept)
 
 
 def write_mixture(mixture: Mixture, *, out_dir, spec: MixtureSpec | None = None) -> dict[str, str]:
