@@ -7,10 +7,13 @@
         [--generated-crypto N] [--generated-list-functions N]
         The App. A.1 mixture (`reasoner.data.cedar_mixture`): OUT/train.jsonl, OUT/validation.jsonl, OUT/mixture.json;
         the --generated-* flags add our own seeded tasks (`reasoner.data.cedar_generators`) to the training split.
-  eval  --model CKPT|embedded [--input FILE | --data-dir DIR ...] [--judge-endpoint URL] --json
+  eval  --model CKPT|embedded [--input FILE | --data-dir DIR ...] [--heldout NAME[,NAME] [--heldout-limit N]]
+        [--judge-endpoint URL] --json
         Correctness per source (Wilson 95%), judged coverage and directionality (bootstrap 95%) and the App. E
         text proxies (`reasoner.pipelines.cedar_eval`) of greedy completions of a mixture file (--input, e.g.
-        OUT/validation.jsonl) or of the validation split built from --data-dir. CKPT: a preset name, an HF
+        OUT/validation.jsonl) or of the validation split built from --data-dir; --heldout adds held-out sets
+        (`reasoner.data.cedar_heldout`: e-CARE, defeasible NLI, MuSR) read from --data-dir, reported with their
+        task-native accuracy (Wilson 95%); --validation-scale 0 evaluates only those. CKPT: a preset name, an HF
         directory (e.g. a run's export_dir) or a GGUF file; `embedded` = SmolLM2-135M-Instruct. The judge is a copy
         of the same model in-process unless --judge-endpoint names an OpenAI-compatible server; --no-judge skips it.
 """
@@ -60,6 +63,11 @@ def register(subparsers) -> None:
     ev.add_argument("--model", required=True, help="preset name, HF directory, GGUF file, or 'embedded'")
     ev.add_argument("--input", default=None, help="mixture rows (e.g. OUT/validation.jsonl of `cedar data`)")
     mixture_args(ev, scale=0.0, validation_scale=1.0)
+    ev.add_argument("--heldout", default="", metavar="NAME[,NAME]",
+                    help="also evaluate held-out sets from --data-dir with their task-native accuracy: ecare, "
+                         "defeasible_nli, musr_murder, musr_object, musr_team (musr = the three)")
+    ev.add_argument("--heldout-limit", type=int, default=0, metavar="N",
+                    help="the first N examples of each held-out set (0: all)")
     ev.add_argument("--judge-endpoint", default=None, metavar="URL", help="OpenAI-compatible judge server")
     ev.add_argument("--judge-model", default="judge", help="the endpoint's model name")
     ev.add_argument("--no-judge", action="store_true", help="correctness only")
@@ -111,15 +119,25 @@ def run_data(args) -> int:
 
 
 def _held_out(args) -> list[dict]:
+    """The rows to evaluate: mixture rows (--input, else the validation split), then the --heldout sets' rows."""
+    from reasoner.data.cedar_heldout import heldout_names, load_heldout
     from reasoner.data.cedar_mixture import build_mixture
     from reasoner.data.jsonl import read_jsonl
 
+    if args.heldout_limit < 0:
+        raise ValueError(f"--heldout-limit={args.heldout_limit}: expected >= 0 (0: all)")
+    names = heldout_names(args.heldout)  # a bad name is an error before anything is read
     if args.input:
-        return read_jsonl(args.input, what="one CEDAR mixture row (source, prompt, answer | tests) per line")
-    mixture = build_mixture(_spec(args), data_dir=_data_dir(args), user_dir=args.user_data_dir)
-    for note in mixture.notes:
-        print(f"note: {note}", file=sys.stderr)
-    return mixture.validation
+        rows = read_jsonl(args.input, what="one CEDAR mixture row (source, prompt, answer | tests) per line")
+    else:
+        mixture = build_mixture(_spec(args), data_dir=_data_dir(args), user_dir=args.user_data_dir)
+        for note in mixture.notes:
+            print(f"note: {note}", file=sys.stderr)
+        rows = mixture.validation
+    for name in names:
+        examples = load_heldout(name, data_dir=_data_dir(args))
+        rows += [ex.row() for ex in examples[:args.heldout_limit or None]]
+    return rows
 
 
 def run_eval(args) -> int:
@@ -138,7 +156,7 @@ def run_eval(args) -> int:
             raise ValueError(f"--judge-max-new-tokens={args.judge_max_new_tokens}: expected >= 1")
         rows = _held_out(args)
         if not rows:
-            raise ValueError("no rows to evaluate: give --input or a --validation-scale that selects some")
+            raise ValueError("no rows to evaluate: give --input, a --validation-scale that selects some or --heldout")
         name = EMBEDDED if args.model == "embedded" else args.model
         path = resolve(name)
         model, tokenizer = load_model(path), load_tokenizer(path)

@@ -13,6 +13,11 @@ greedy chat generator: one compiled shape for every batch); then per source:
   process         mean per-trace counts of the App. E text-only proxies (`reasoner.metrics.cedar_process`).
 `judge=None` skips coverage and directionality. The judges see the policy's user message and the `<think>` span,
 as in training. The paper's validation samples at temperature 0.7 / top-p 0.95; this is greedy (reproducible).
+
+Held-out rows (`reasoner.data.cedar_heldout.HeldoutExample.row()`, marked `heldout`) are scored by their dataset's
+task-native checker (accuracy, Wilson 95%) and reported under `report["heldout"][dataset]` with the process
+proxies; coverage and directionality are not judged for them (their rubric notes, App. D.4.3, cover the training
+sources only). `sources` and `overall` summarise the training-source rows (`overall` is None without any).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from reasoner.data import cedar_heldout
 from reasoner.judges import JudgeCounters, SamplerJudge, judge_messages, score_traces, think_span
 from reasoner.metrics.cedar_process import LEXICONS, count_markers
 from reasoner.metrics.intervals import bootstrap_interval, format_interval, wilson_interval
@@ -63,11 +69,12 @@ def _interval(values: Sequence[float]) -> dict:
     return bootstrap_interval(np.asarray(values, np.float64), n_resamples=2000, seed=0).as_dict()
 
 
-def summarise(rows: Sequence[Mapping], *, judged: bool) -> dict:
-    """Correctness (Wilson), coverage / directionality (bootstrap) and process means over `rows`."""
+def summarise(rows: Sequence[Mapping], *, judged: bool, metric: str = "correctness") -> dict:
+    """Correctness (Wilson; named `metric`, "accuracy" for held-out sets), coverage / directionality (bootstrap)
+    and process means over `rows`."""
     n = len(rows)
     correct = int(sum(r["correct"] for r in rows))
-    out = {"n": n, "correct": correct, "correctness": wilson_interval(correct, n).as_dict()}
+    out = {"n": n, "correct": correct, metric: wilson_interval(correct, n).as_dict()}
     if judged:
         for kind in JUDGED:
             out[kind] = _interval([r[kind] for r in rows])
@@ -82,30 +89,36 @@ def evaluate_cedar(model, tokenizer, rows: Sequence[Mapping], *, judge=None,
     """Generates, verifies and judges every row (module docstring)."""
     if not rows:
         raise ValueError("cedar eval: no rows to evaluate (expected mixture examples with source and prompt)")
-    records = [record_of(r) for r in rows]  # a malformed row is an error before any generation
+    # A malformed row is an error before any generation; held-out rows carry their own options and gold.
+    scorers = [(lambda text, r=r: cedar_heldout.score(r, text)) if r.get("heldout") else
+               (lambda text, rec=record_of(r): score(rec, text)) for r in rows]
     generator = SamplerJudge(model, tokenizer, judge_id=label, max_new_tokens=settings.max_new_tokens,
                              batch_size=settings.batch_size, max_len=settings.max_len)
     t0 = time.perf_counter()
     texts = generator.reply([list(r["prompt"]) for r in rows])
     t1 = time.perf_counter()
     log(f"[cedar eval] {label}: {len(rows)} completions in {t1 - t0:.1f} s")
-    out = [{"uid": r.get("uid", r.get("id")), "source": r["source"], "completion": text or "",
-            "correct": score(rec, text or ""), "process": count_markers(think_span(text or ""))}
-           for r, rec, text in zip(rows, records, texts)]
+    out = [{"uid": r.get("uid", r.get("id")), "source": r["source"], "heldout": bool(r.get("heldout")),
+            "completion": text or "", "correct": scorer(text or ""), "process": count_markers(think_span(text or ""))}
+           for r, scorer, text in zip(rows, scorers, texts)]
     counters = {kind: JudgeCounters() for kind in JUDGED}
+    trained = [(r, o) for r, o in zip(rows, out) if not o["heldout"]]
     if judge is not None:
         for kind in JUDGED:
             prompts = [judge_messages(kind, source=r["source"], observation=policy_user_message(r["prompt"]),
-                                      reasoning=think_span(o["completion"])) for r, o in zip(rows, out)]
-            for o, j in zip(out, score_traces(judge, kind, prompts, counters[kind])):
+                                      reasoning=think_span(o["completion"])) for r, o in trained]
+            for (_, o), j in zip(trained, score_traces(judge, kind, prompts, counters[kind])):
                 o[kind], o[f"{kind}_valid"] = j.score, j.valid
         log(f"[cedar eval] {label}: judged in {time.perf_counter() - t1:.1f} s")
     t2 = time.perf_counter()
-    sources = sorted({r["source"] for r in rows})
+    judged = judge is not None
+    train_out = [o for _, o in trained]
+    by_source = {s: [o for o in out if o["source"] == s] for s in sorted({o["source"] for o in out})}
     report = {
         "label": label,
-        "sources": {s: summarise([o for o in out if o["source"] == s], judged=judge is not None) for s in sources},
-        "overall": summarise(out, judged=judge is not None),
+        "sources": {s: summarise(v, judged=judged) for s, v in by_source.items() if not v[0]["heldout"]},
+        "overall": summarise(train_out, judged=judged) if train_out else None,
+        "heldout": {s: summarise(v, judged=False, metric="accuracy") for s, v in by_source.items() if v[0]["heldout"]},
         "judge": ({kind: dataclasses.asdict(c) for kind, c in counters.items()} | {"id": judge.judge_id}
                   if judge is not None else None),
         "seconds": {"generate": round(t1 - t0, 1), "judge": round(t2 - t1, 1)},
@@ -119,13 +132,19 @@ def _cell(summary: Mapping, key: str) -> str:
 
 
 def format_table(results: Sequence[CedarEvalResult]) -> str:
-    """Markdown: one row per (source, model), correctness / coverage / directionality with 95% intervals."""
+    """Markdown: one row per (source, model), correctness / coverage / directionality with 95% intervals; held-out
+    sets as `heldout:NAME` rows whose correctness cell is their task-native accuracy."""
     head = ("source", "model", "n", "correctness", "coverage", "directionality")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     sources = sorted({s for r in results for s in r.report["sources"]}) + ["overall"]
-    for s in sources:
+    heldout = sorted({s for r in results for s in r.report.get("heldout", {})})
+    for s in sources + [f"heldout:{h}" for h in heldout]:
         for r in results:
-            summary = r.report["overall"] if s == "overall" else r.report["sources"].get(s)
+            if s.startswith("heldout:"):
+                summary = r.report["heldout"].get(s[len("heldout:"):])
+                summary = summary and {**summary, "correctness": summary["accuracy"]}
+            else:
+                summary = r.report["overall"] if s == "overall" else r.report["sources"].get(s)
             if summary is None:
                 continue
             lines.append(f"| {s} | {r.label} | {summary['n']} | {_cell(summary, 'correctness')} | "
