@@ -13,7 +13,8 @@
         text proxies (`reasoner.pipelines.cedar_eval`) of greedy completions of a mixture file (--input, e.g.
         OUT/validation.jsonl) or of the validation split built from --data-dir; --heldout adds held-out sets
         (`reasoner.data.cedar_heldout`: e-CARE, defeasible NLI, MuSR) read from --data-dir, reported with their
-        task-native accuracy (Wilson 95%); --validation-scale 0 evaluates only those. CKPT: a preset name, an HF
+        task-native accuracy (Wilson 95%); --validation-scale 0 evaluates only those. --judged-process adds App. E's
+        five counting process metrics as the judge extracts them (`reasoner.judges.process`). CKPT: a preset name, an HF
         directory (e.g. a run's export_dir) or a GGUF file; `embedded` = SmolLM2-135M-Instruct. The judge is a copy
         of the same model in-process unless --judge-endpoint names an OpenAI-compatible server; --no-judge skips it.
 """
@@ -71,6 +72,9 @@ def register(subparsers) -> None:
     ev.add_argument("--judge-endpoint", default=None, metavar="URL", help="OpenAI-compatible judge server")
     ev.add_argument("--judge-model", default="judge", help="the endpoint's model name")
     ev.add_argument("--no-judge", action="store_true", help="correctness only")
+    ev.add_argument("--judged-process", action="store_true",
+                    help="also ask the judge for App. E's five counting process metrics of every trace (5 more "
+                         "judge calls per trace); without it only the text-only proxies are reported")
     ev.add_argument("--max-new-tokens", type=int, default=256)
     ev.add_argument("--judge-max-new-tokens", type=int, default=512)
     ev.add_argument("--batch-size", type=int, default=8)
@@ -152,6 +156,8 @@ def run_eval(args) -> int:
 
     try:
         settings = CedarEvalSettings(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        if args.judged_process and args.no_judge:
+            raise ValueError("--judged-process needs a judge: drop --no-judge (or give --judge-endpoint URL)")
         if args.judge_max_new_tokens < 1:
             raise ValueError(f"--judge-max-new-tokens={args.judge_max_new_tokens}: expected >= 1")
         rows = _held_out(args)
@@ -171,7 +177,8 @@ def run_eval(args) -> int:
                              max_new_tokens=args.judge_max_new_tokens, batch_size=args.batch_size)
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
     try:
-        result = evaluate_cedar(model, tokenizer, rows, judge=judge, settings=settings, label=args.model, log=log)
+        result = evaluate_cedar(model, tokenizer, rows, judge=judge, settings=settings, label=args.model, log=log,
+                                judged_process=args.judged_process)
     except ValueError as err:
         print(f"reasoner cedar eval: {err}", file=sys.stderr)
         return 2

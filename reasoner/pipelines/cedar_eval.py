@@ -18,6 +18,11 @@ Held-out rows (`reasoner.data.cedar_heldout.HeldoutExample.row()`, marked `heldo
 task-native checker (accuracy, Wilson 95%) and reported under `report["heldout"][dataset]` with the process
 proxies; coverage and directionality are not judged for them (their rubric notes, App. D.4.3, cover the training
 sources only). `sources` and `overall` summarise the training-source rows (`overall` is None without any).
+
+`judged_process=True` (needs a judge) also asks the judge for App. E's five counting metrics of every trace, held-out
+ones included (`reasoner.judges.process`): each summary then has `process_judged[metric]` = {mean over the valid
+judgements, valid, n} and `report["judge"]["process"]` the counters; a malformed reply counts nothing and is
+counted as invalid. `process` (the text proxies) is reported either way.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import numpy as np
 
 from reasoner.data import cedar_heldout
 from reasoner.judges import JudgeCounters, SamplerJudge, judge_messages, score_traces, think_span
+from reasoner.judges.process import METRICS as PROCESS_METRICS
+from reasoner.judges.process import judged_process_counts
 from reasoner.metrics.cedar_process import LEXICONS, count_markers
 from reasoner.metrics.intervals import bootstrap_interval, format_interval, wilson_interval
 from reasoner.rewards.judged import policy_user_message
@@ -80,13 +87,22 @@ def summarise(rows: Sequence[Mapping], *, judged: bool, metric: str = "correctne
             out[kind] = _interval([r[kind] for r in rows])
             out[f"{kind}_valid"] = int(sum(r[f"{kind}_valid"] for r in rows))
     out["process"] = {k: float(np.mean([r["process"][k] for r in rows])) for k in LEXICONS}
+    if any("process_judged" in r for r in rows):
+        out["process_judged"] = {}
+        for metric in PROCESS_METRICS:
+            valid = [r["process_judged"][metric] for r in rows if r["process_judged"][metric] is not None]
+            out["process_judged"][metric] = {"mean": float(np.mean(valid)) if valid else None, "valid": len(valid),
+                                             "n": n}
     return out
 
 
 def evaluate_cedar(model, tokenizer, rows: Sequence[Mapping], *, judge=None,
                    settings: CedarEvalSettings = CedarEvalSettings(), label: str = "model",
-                   log=print) -> CedarEvalResult:
+                   log=print, judged_process: bool = False) -> CedarEvalResult:
     """Generates, verifies and judges every row (module docstring)."""
+    if judged_process and judge is None:
+        raise ValueError("cedar eval: judged process metrics need a judge (give one, or leave them off for the "
+                         "text-only proxies)")
     if not rows:
         raise ValueError("cedar eval: no rows to evaluate (expected mixture examples with source and prompt)")
     # A malformed row is an error before any generation; held-out rows carry their own options and gold.
@@ -109,6 +125,12 @@ def evaluate_cedar(model, tokenizer, rows: Sequence[Mapping], *, judge=None,
                                       reasoning=think_span(o["completion"])) for r, o in trained]
             for (_, o), j in zip(trained, score_traces(judge, kind, prompts, counters[kind])):
                 o[kind], o[f"{kind}_valid"] = j.score, j.valid
+    process_counters = {m: JudgeCounters() for m in PROCESS_METRICS} if judged_process else {}
+    if judged_process:
+        items = [(o["source"], think_span(o["completion"])) for o in out]
+        for o, counts in zip(out, judged_process_counts(judge, items, process_counters)):
+            o["process_judged"] = counts
+    if judge is not None:
         log(f"[cedar eval] {label}: judged in {time.perf_counter() - t1:.1f} s")
     t2 = time.perf_counter()
     judged = judge is not None
@@ -120,6 +142,8 @@ def evaluate_cedar(model, tokenizer, rows: Sequence[Mapping], *, judge=None,
         "overall": summarise(train_out, judged=judged) if train_out else None,
         "heldout": {s: summarise(v, judged=False, metric="accuracy") for s, v in by_source.items() if v[0]["heldout"]},
         "judge": ({kind: dataclasses.asdict(c) for kind, c in counters.items()} | {"id": judge.judge_id}
+                  | ({"process": {m: dataclasses.asdict(c) for m, c in process_counters.items()}}
+                     if judged_process else {})
                   if judge is not None else None),
         "seconds": {"generate": round(t1 - t0, 1), "judge": round(t2 - t1, 1)},
         "settings": dataclasses.asdict(settings),
