@@ -74,9 +74,9 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
         # The demo on the embedded SmolLM2-135M-Instruct on 2 CPU cores: few, short episodes; the buffer is small
         # so that learning starts within the run; depth 2 and short replies keep prompts under ~1k tokens.
         c.dqn.update(dict(buffer_size=24, batch_size=16, lr=0.01, epsilon_decay=0.97, epsilon_floor=0.05,
-                          num_episodes=16, episodes_per_batch=8, checkpoint_every=1))
+                          num_episodes=40, episodes_per_batch=8, checkpoint_every=1))
         c.env.update(dict(max_depth=2, max_width=2, max_new_tokens=48, eval_max_new_tokens=40))
-        c.demo.update(dict(train_pool=24, test=16, max_len=1536, direct_max_new_tokens=24, cot_max_new_tokens=96,
+        c.demo.update(dict(train_pool=24, test=32, max_len=1536, direct_max_new_tokens=24, cot_max_new_tokens=96,
                            sc_samples=3))
         return c
     if variant == "demo_tiny":
