@@ -24,12 +24,19 @@ class RolloutSet:
 
 
 def rollout_logic(policy, problems: list[LogicProblem], *, runner, samples: int = 1, t_max: int = T_MAX,
-                  timeout_cap_s: float = 30.0) -> RolloutSet:
-    """`samples` episodes per problem (all advanced together), scored with `check_correct` and curated."""
+                  timeout_cap_s: float = 30.0, problems_per_batch: int | None = None) -> RolloutSet:
+    """`samples` episodes per problem, scored with `check_correct` and curated. Problems run in chunks of
+    `problems_per_batch` (None: all at once), each chunk's `problems_per_batch x samples` episodes advanced
+    together, so a local policy's batch (and its KV cache) stays the size the caller chose."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
-    conversations = [(p.id, render_messages(p)) for p in problems for _ in range(samples)]
-    everything = run_scratchpad(policy, conversations, runner=runner, t_max=t_max, timeout_cap_s=timeout_cap_s)
+    if problems_per_batch is not None and problems_per_batch < 1:
+        raise ValueError(f"problems_per_batch must be >= 1 or None, got {problems_per_batch}")
+    step = problems_per_batch or max(1, len(problems))
+    everything: list[Trajectory] = []
+    for start in range(0, len(problems), step):
+        conversations = [(p.id, render_messages(p)) for p in problems[start:start + step] for _ in range(samples)]
+        everything += run_scratchpad(policy, conversations, runner=runner, t_max=t_max, timeout_cap_s=timeout_cap_s)
     # Episodes whose policy could not answer (endpoint down after retries) are infrastructure failures: recorded,
     # excluded from curation and metrics, and not written as rows, so a resumed run retries their problems.
     failed = [t for t in everything if t.termination == "infrastructure"]

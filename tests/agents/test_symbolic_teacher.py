@@ -83,3 +83,31 @@ def test_teacher_episodes_through_real_z3_are_gold(shared_data):
         assert call["success"] and call["output"].split() in (["unsat", "sat"], ["sat", "unsat"], ["sat", "sat"])
         assert row["label"] == ("gold" if traj.correct else "rejected"), row["reasons"]
     assert result.metrics["labels"]["gold"] >= 17  # 18 problems; ProofWriter's labels may differ classically
+
+
+class _CountingPolicy:
+    """Wraps a policy and records how many conversations each `respond` call advances together."""
+
+    def __init__(self, policy):
+        self.policy, self.batches = policy, []
+
+    def respond(self, conversations):
+        self.batches.append(len(conversations))
+        return self.policy.respond(conversations)
+
+
+@pytest.mark.slow
+def test_rollout_chunks_problems_and_gives_the_unchunked_rows(shared_data):
+    problems = load_problems(shared_data, "proofwriter", limit=5)
+    encoded, _ = encode_logic_llm(problems)
+    with Z3Runner(timeout_s=20, workers=2) as runner:
+        whole = rollout_logic(SymbolicTeacher(encoded), [p for p, _ in encoded], runner=runner, samples=2)
+        counting = _CountingPolicy(SymbolicTeacher(encoded))
+        chunked = rollout_logic(counting, [p for p, _ in encoded], runner=runner, samples=2, problems_per_batch=2)
+    # 5 problems x 2 samples in chunks of 2 problems: 4, 4 and 2 episodes advanced together, two turns each
+    assert counting.batches == [4, 4, 4, 4, 2, 2]
+    assert [(r["problem_id"], r["label"], r["answer"]) for r in chunked.rows] == \
+        [(r["problem_id"], r["label"], r["answer"]) for r in whole.rows]
+    assert chunked.metrics["labels"] == whole.metrics["labels"] and len(chunked.sft) == len(whole.sft)
+    with pytest.raises(ValueError, match="problems_per_batch"):
+        rollout_logic(counting, [p for p, _ in encoded], runner=runner, problems_per_batch=0)

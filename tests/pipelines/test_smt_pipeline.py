@@ -16,6 +16,22 @@ def test_missing_data_names_the_files_and_their_source(tmp_path):
     assert "teacherpeterpan/Logic-LLM" in message and str(tmp_path) in message
 
 
+def test_splits_keep_short_theories_and_hold_out_first(shared_data):
+    from configs.smt_demo import get_config
+    from reasoner.pipelines.smt import load_splits
+    from reasoner.tasks.logic_llm import load_problems
+
+    config = get_config("cpu")
+    config.data.data_root = str(shared_data)
+    train, test = load_splits(config)
+    short = [p for p in load_problems(shared_data, "proofwriter") if len(p.context) <= 340]
+    assert (len(train), len(test)) == (12, 4) and len(short) >= 16
+    assert [p.id for p in test + train] == [p.id for p in short[:16]]  # held-out first, then train, file order
+    config.data.max_context_chars = 0
+    train, test = load_splits(config)
+    assert [p.id for p in test + train] == [p.id for p in load_problems(shared_data, "proofwriter")[:16]]
+
+
 @pytest.mark.slow
 def test_tiny_pipeline_end_to_end(shared_data, tmp_path):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
