@@ -87,6 +87,37 @@ def describe() -> str:
     return f"glibc GLIBC_TUNABLES={user}" if user else "glibc defaults"
 
 
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def release_free_memory() -> int:
+    """Hands the memory this process has freed back to the kernel; returns how much its resident size fell (bytes).
+
+    Under the tuned settings freed memory stays in the heap for the next step to reuse, which is what a training
+    loop wants; a pipeline that runs stage after stage (evaluations, SFT, DPO, each with its own buffers) would
+    otherwise keep the peak of every stage resident, on a 2-core, 24 GB machine close to the limit. Between stages
+    `malloc_trim(0)` returns every free page of the heap (glibc madvises free chunks inside it too), after a
+    `gc.collect()` so that cyclic garbage holding device buffers is freed first. A no-op off glibc."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    if not supported():
+        return 0
+    before = _rss_bytes()
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return 0
+    return max(0, before - _rss_bytes())
+
+
 def reexec_tuned(argv: list[str]) -> None:
     """Replaces this process by `python -m reasoner.cli ARGV` under `tuned_environ`, unless it already runs tuned,
     the user opted out (REASONER_MALLOC=default), or the platform is not glibc Linux. Returns only in those cases."""
