@@ -53,7 +53,11 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
     dpo = dpo_smt.get_config(None)
     c.dpo = ml_collections.ConfigDict(dict(enabled=True, data=dpo.data, dpo=dpo.dpo, optim=dpo.optim,
                                            train=dpo.train, lora=dpo.lora))
-    c.dpo.data.seq_len = 2048  # a rejected student trace may run to both turns of 768 tokens
+    # A step holds 2 pairs = 4 sequences: without rematerialised layers their saved attention probabilities alone
+    # (4 x 9 heads x T^2 x 4 bytes x 30 layers: 18 GB at T = 2048) brought the 2-core demo to 23 GB resident.
+    # Student traces that run past 1536 tokens (both turns near 768) are dropped and counted.
+    c.dpo.model = ml_collections.ConfigDict(dict(remat=True))
+    c.dpo.data.seq_len = 1536
     c.dpo.optim.lr = 5e-6
     c.dpo.train.update(dict(batch_size=2, grad_accum=1, num_epochs=1, checkpoint_every=1000))
     if variant in (None, "cpu"):
@@ -75,7 +79,7 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
         c.model.name = ""
         c.model.tokenizer = "smollm2-135m-instruct"
         c.data.update(dict(datasets=("prontoqa", "proofwriter"), train=2, test=1, max_context_chars=0))
-        c.sft.data.seq_len = 2048  # ProntoQA's traces take up to ~1,700 tokens
+        c.sft.data.seq_len = c.dpo.data.seq_len = 2048  # ProntoQA's traces take up to ~1,700 tokens
         c.rollout.update(dict(max_new_tokens=16, t_max=2, max_len=2560, problems_per_batch=4))
         c.eval.k = 2
         c.student.samples = 1

@@ -127,10 +127,14 @@ def curation_counts(rollout) -> dict:
 
 
 def _trainer_config(config, section: str, *, export_dir):
+    import ml_collections
+
     from configs import dpo_smt, sft_smt
 
     c = (sft_smt if section == "sft" else dpo_smt).get_config(None)
-    c.seed, c.mesh, c.model = config.seed, config.mesh, config.model
+    c.seed, c.mesh, c.model = config.seed, config.mesh, ml_collections.ConfigDict(config.model.to_dict())
+    if "model" in config[section]:  # per-trainer model settings (e.g. remat for DPO's four long sequences a step)
+        c.model.update(config[section].model.to_dict())
     for key in ("data", "optim", "train", "lora") + (("dpo",) if section == "dpo" else ()):
         c[key].update(config[section][key].to_dict())
     c.export_dir = str(export_dir)
