@@ -87,6 +87,39 @@ def describe() -> str:
     return f"glibc GLIBC_TUNABLES={user}" if user else "glibc defaults"
 
 
+def _libc():
+    """glibc through ctypes, or None off glibc."""
+    import ctypes
+    import ctypes.util
+
+    if not supported():
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def heap_free_bytes() -> int:
+    """Bytes this process has freed but glibc malloc keeps in its heap (`mallinfo2().fordblks`), 0 where unknown.
+
+    Under the tuned settings (no mmap, no trim) freed memory never goes back to the kernel, so after a large batch
+    the host's MemAvailable stays low although the process can reuse that memory: a memory budget must add it
+    (`reasoner.sampling.memory.free_memory_bytes`)."""
+    import ctypes
+
+    class _Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                          "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = _libc()
+    mallinfo2 = getattr(libc, "mallinfo2", None) if libc is not None else None  # glibc >= 2.33
+    if mallinfo2 is None:
+        return 0
+    mallinfo2.restype = _Mallinfo2
+    return int(mallinfo2().fordblks)
+
+
 def _rss_bytes() -> int:
     try:
         with open("/proc/self/statm") as f:
@@ -103,18 +136,14 @@ def release_free_memory() -> int:
     otherwise keep the peak of every stage resident, on a 2-core, 24 GB machine close to the limit. Between stages
     `malloc_trim(0)` returns every free page of the heap (glibc madvises free chunks inside it too), after a
     `gc.collect()` so that cyclic garbage holding device buffers is freed first. A no-op off glibc."""
-    import ctypes
-    import ctypes.util
     import gc
 
     gc.collect()
-    if not supported():
+    libc = _libc()
+    if libc is None:
         return 0
     before = _rss_bytes()
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        return 0
+    libc.malloc_trim(0)
     return max(0, before - _rss_bytes())
 
 

@@ -81,30 +81,37 @@ class JudgeCounters:
     last_reason: str = ""
 
 
-def score_traces(judge: Judge, kind: str, prompts: Sequence[Messages],
-                 counters: JudgeCounters | None = None) -> list[Judgement]:
-    """One `Judgement` per prompt; a failed call or an invalid reply scores 0 and is counted."""
+def ask_judge(judge: Judge, prompts: Sequence[Messages], parse, *, failed, counters: JudgeCounters | None = None):
+    """Asks `judge` for every prompt; each reply goes through `parse(text) -> (result, valid, reason)`, a failed call
+    (None reply) gives `failed`. Returns the results in prompt order and counts every request in `counters`."""
     replies = judge.reply(list(prompts))
     if len(replies) != len(prompts):
         raise ValueError(f"judge {judge.judge_id!r} returned {len(replies)} replies for {len(prompts)} prompts")
     out = []
     for text in replies:
-        if text is None:
-            judgement = Judgement(0.0, False, "judge call failed")
-        else:
-            judgement = parse_judgement(kind, text)
+        result, valid, reason = (failed, False, "judge call failed") if text is None else parse(text)
         if counters is not None:
             counters.requests += 1
             if text is None:
                 counters.failed += 1
-            elif judgement.valid:
+            elif valid:
                 counters.valid += 1
             else:
                 counters.invalid += 1
-            if not judgement.valid:
-                counters.last_reason = judgement.reason
-        out.append(judgement)
+            if not valid:
+                counters.last_reason = reason
+        out.append(result)
     return out
+
+
+def score_traces(judge: Judge, kind: str, prompts: Sequence[Messages],
+                 counters: JudgeCounters | None = None) -> list[Judgement]:
+    """One `Judgement` per prompt; a failed call or an invalid reply scores 0 and is counted."""
+    def parse(text):
+        judgement = parse_judgement(kind, text)
+        return judgement, judgement.valid, judgement.reason
+
+    return ask_judge(judge, prompts, parse, failed=Judgement(0.0, False, "judge call failed"), counters=counters)
 
 
 class EndpointJudge:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reasoner.judges.judge import Judge, JudgeCounters, Messages
+from reasoner.judges.judge import Judge, JudgeCounters, Messages, ask_judge
 from reasoner.judges.parse import _find_object
 from reasoner.judges.process_prompts import METRICS, NOTES, SYSTEM, TRACE, USER
 from reasoner.judges.prompts import DATASET_NOTES
@@ -70,17 +70,11 @@ def parse_count(text) -> tuple[int | None, str]:
 def count_traces(judge: Judge, metric: str, prompts: Sequence[Messages],
                  counters: JudgeCounters | None = None) -> list[int | None]:
     """One count (None when the call failed or the reply was malformed) per prompt of `metric`."""
-    replies = judge.reply(list(prompts))
-    if len(replies) != len(prompts):
-        raise ValueError(f"judge {judge.judge_id!r} returned {len(replies)} replies for {len(prompts)} prompts")
-    parsed = [(None, "judge call failed") if text is None else parse_count(text) for text in replies]
-    if counters is not None:
-        counters.requests += len(replies)
-        counters.failed += sum(text is None for text in replies)
-        counters.valid += sum(count is not None for count, _ in parsed)
-        counters.invalid += sum(count is None and text is not None for (count, _), text in zip(parsed, replies))
-        counters.last_reason = next((why for count, why in reversed(parsed) if count is None), counters.last_reason)
-    return [count for count, _ in parsed]
+    def parse(text):
+        count, why = parse_count(text)
+        return count, count is not None, why
+
+    return ask_judge(judge, prompts, parse, failed=None, counters=counters)
 
 
 def judged_process_counts(judge: Judge, items: Sequence[tuple[str, str]],

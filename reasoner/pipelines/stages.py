@@ -16,8 +16,9 @@ class StageTimer:
 
     `seconds` maps each finished stage to its wall-clock seconds (rounded to 0.1), in run order: the per-stage
     timings of the pipeline's report. A stage that raises is logged as started and left out of `seconds`. After
-    each stage the memory it freed goes back to the kernel (`allocator.release_free_memory`), so a pipeline's
-    resident size follows what it holds rather than the sum of its stages' peaks.
+    each stage the memory it freed goes back to the kernel (`allocator.release_free_memory`), so between stages a
+    pipeline's resident size follows what it holds rather than the highest peak of any earlier stage (the peak
+    within a stage is unchanged).
     """
 
     def __init__(self, log: Callable[[str], None]):

@@ -10,34 +10,15 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from reasoner import allocator
+
 GIB = 1 << 30
-
-
-def heap_free_bytes() -> int:
-    """Bytes this process has freed but glibc malloc keeps in its heap (`mallinfo2().fordblks`), 0 where unknown.
-
-    The `reasoner` command runs under malloc settings that never hand freed memory back to the kernel
-    (`reasoner.allocator`: no mmap, no trim), so after a large batch the host's MemAvailable stays low although
-    the process can reuse that memory for the next batch: it belongs in the budget."""
-    import ctypes
-    import ctypes.util
-
-    class _Mallinfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
-                                                          "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallinfo2 = libc.mallinfo2
-    except (OSError, AttributeError):  # not glibc, or glibc < 2.33
-        return 0
-    mallinfo2.restype = _Mallinfo2
-    return int(mallinfo2().fordblks)
 
 
 def free_memory_bytes() -> int:
     """Free memory of the default backend: devices' reported headroom, or the host's MemAvailable plus what this
-    process's malloc heap holds free (`heap_free_bytes`)."""
+    process's malloc heap holds free (`allocator.heap_free_bytes`: under the `reasoner` command's malloc settings
+    freed memory stays there, reusable by the next batch)."""
     stats = None
     try:
         stats = jax.devices()[0].memory_stats()
@@ -50,7 +31,7 @@ def free_memory_bytes() -> int:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 + heap_free_bytes()
+                    return int(line.split()[1]) * 1024 + allocator.heap_free_bytes()
     except OSError:
         pass
     return 1 << 62  # unknown: do not block

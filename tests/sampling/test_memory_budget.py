@@ -15,7 +15,8 @@ from reasoner import allocator
 CHILD = textwrap.dedent("""
     import json
     import numpy as np
-    from reasoner.sampling.memory import free_memory_bytes, heap_free_bytes
+    from reasoner.allocator import heap_free_bytes
+    from reasoner.sampling.memory import free_memory_bytes
 
     before = heap_free_bytes()
     block = np.ones(1 << 26)  # 512 MiB, every page touched
