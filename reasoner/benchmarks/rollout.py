@@ -7,7 +7,9 @@ sample j of prompt i stops after its own budget, drawn once from a geometric dis
 RL rollouts, where most completions are short and a few run to the cap.
 
   - engine: `RolloutEngine.submit(prompt, n=samples, budgets=...)` for every prompt, then `collect()`:
-    each row stops at its budget and its slot takes the next request.
+    each row stops at its budget; with fewer `--slots` than rows its slot takes the next request, and as
+    rows finish the decode batch shrinks to the running ones (so with the default, every row at once, the
+    long tail decodes its few long rows, each attending over its live blocks only).
   - static: `Sampler.generate(prompts, n=samples, max_new_tokens=max budget)`: one batch of all rows, as
     GRPO calls it; a batch runs until its longest row ends, so every row computes the longest budget.
   - hf: `model.generate(num_return_sequences=samples, max_new_tokens=max budget, do_sample=True)`, left
@@ -48,7 +50,9 @@ def register(subparsers) -> None:
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--mean-tokens", type=float, default=16.0, help="mean of the geometric budget distribution")
     p.add_argument("--max-tokens", type=int, default=64, help="cap of the budgets")
-    p.add_argument("--slots", type=int, default=64, help="decode slots of the engine")
+    p.add_argument("--slots", type=int, default=0,
+                   help="decode slots of the engine (0: prompts x samples, every row of the batch at once, as a "
+                        "GRPO step submits them)")
     p.add_argument("--chunk-steps", type=int, default=4, help="engine decode steps between host checks")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--systems", default="engine,static,hf")
@@ -179,6 +183,9 @@ def run(args) -> int:
     if args.small:
         args.prompts, args.mean_tokens, args.max_tokens, args.repeats = 8, 8.0, 24, 1
     plan = budgets(prompts=args.prompts, samples=args.samples, mean=args.mean_tokens, cap=args.max_tokens)
+    if args.slots < 0 or (args.slots and args.slots < args.samples):
+        raise SystemExit(f"--slots {args.slots}: expected 0 (prompts x samples) or at least --samples {args.samples}")
+    args.slots = args.slots or args.prompts * args.samples
     spec = {"model": args.model, "prompts": args.prompts, "samples": args.samples, "budgets": plan,
             "slots": args.slots, "chunk_steps": args.chunk_steps, "repeats": args.repeats}
     row = {"prompts": args.prompts, "samples": args.samples, "mean_tokens": args.mean_tokens,

@@ -23,6 +23,17 @@ def bucket_length(n: int, *, cap: int | None = None, minimum: int = MIN_BUCKET) 
     return min(b, cap) if cap is not None else b
 
 
+def batch_bucket(n: int, *, cap: int) -> int:
+    """Smallest size >= n among 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5x powers of two),
+    clipped to `cap`: the rollout engine's decode batch. Padding rows compute like real ones, so a bucket
+    wastes at most a third of a step (powers of two alone waste up to half) for twice the compiles."""
+    if n < 1:
+        raise ValueError(f"batch_bucket: n={n}, expected >= 1")
+    p = 1 << (int(n) - 1).bit_length()  # smallest power of two >= n
+    b = p * 3 // 4 if p >= 4 and p * 3 // 4 >= n else p
+    return min(b, cap)
+
+
 def right_pad(rows: Sequence[Sequence[int]], *, length: int, pad_id: int = 0):
     """(tokens_BxT int32, segment_ids_BxT int32 with 1 on real tokens, lengths_B int32)."""
     tokens = np.full((len(rows), length), pad_id, np.int32)

@@ -67,9 +67,14 @@ def write_tokens(pool_KVxNBxbsxDh: jax.Array, new_KVxMxDh: jax.Array, block_M: j
     return pool_KVxNBxbsxDh.at[:, block_M, offset_M, :].set(new_KVxMxDh.astype(pool_KVxNBxbsxDh.dtype))
 
 
-def gather_blocks(pool_KVxNBxbsxDh: jax.Array, table_SxJ: jax.Array) -> jax.Array:
-    """[KV, S, J, bs, Dh]: each slot's first J blocks (J is static: the bucket of live lengths)."""
-    return jnp.take(pool_KVxNBxbsxDh, table_SxJ, axis=1)
+def head_blocks(pool_KVxNBxbsxDh: jax.Array, head: int, table_SxJ: jax.Array) -> jax.Array:
+    """[S, J * bs, Dh]: kv head `head`'s keys (or values) at each slot's first J blocks (J static: the bucket of
+    live lengths). Gathering one head at a time indexes the pool's leading block axis of `pool[head]`, so XLA
+    copies whole contiguous [bs, Dh] blocks; a single gather over `[KV, NB, ...]` with the table on axis 1, and
+    `jnp.take`'s bounds-checked default mode, took 2.3x as long (SmolLM2 shapes, 256 slots x 8 blocks)."""
+    S, J = table_SxJ.shape
+    blocks = pool_KVxNBxbsxDh[head].at[table_SxJ].get(mode="promise_in_bounds")  # table entries < NB always
+    return blocks.reshape(S, J * blocks.shape[-2], blocks.shape[-1])
 
 
 class BlockAllocator:

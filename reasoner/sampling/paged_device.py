@@ -33,7 +33,7 @@ from reasoner.models.decoder import KVCache
 from reasoner.models.rope import rope_tables
 from reasoner.sampling.engine import EOS, LENGTH, RUNNING
 from reasoner.sampling.fast_decode import layer_qkv
-from reasoner.sampling.paged_cache import NULL_BLOCK, PagedPools, gather_blocks, write_tokens
+from reasoner.sampling.paged_cache import NULL_BLOCK, PagedPools, head_blocks, write_tokens
 from reasoner.sampling.processors import DecodeSpec, choose_tokens
 
 
@@ -123,15 +123,19 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
         new_k.append(kp)
         new_v.append(vp)
         Dh = q.shape[-1]
-        keys = gather_blocks(kp, table_SxJ).reshape(attn.num_kv_heads, S, J * bs, Dh)
-        values = gather_blocks(vp, table_SxJ).reshape(attn.num_kv_heads, S, J * bs, Dh)
         qg = q[:, 0].reshape(S, attn.num_kv_heads, attn.group, Dh)  # [S, KV, G, Dh]
-        scores = jnp.einsum("bngk,nbsk->bngs", qg, keys.astype(qg.dtype),
-                            preferred_element_type=jnp.float32) * attn.scale
+        # One kv head at a time: each head's blocks are a leading-axis gather of whole [bs, Dh] blocks, and each
+        # contraction has the slot as its only batch dim (see `head_blocks`).
+        keys = [head_blocks(kp, n, table_SxJ) for n in range(attn.num_kv_heads)]  # [S, J*bs, Dh] each
+        values = [head_blocks(vp, n, table_SxJ) for n in range(attn.num_kv_heads)]
+        scores = jnp.stack([jnp.einsum("bgk,bsk->bgs", qg[:, n], keys[n].astype(qg.dtype),
+                                       preferred_element_type=jnp.float32)
+                            for n in range(attn.num_kv_heads)], axis=1) * attn.scale  # [S, KV, G, J*bs]
         visible_SxL = window_visible(positions_S[:, None], slots_1xL, attn.window)
         scores = jnp.where(visible_SxL[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(qg.dtype)
-        out = jnp.einsum("bngs,nbsk->bngk", probs, values.astype(qg.dtype))
+        out = jnp.stack([jnp.einsum("bgs,bsk->bgk", probs[:, n], values[n].astype(qg.dtype))
+                         for n in range(attn.num_kv_heads)], axis=1)  # [S, KV, G, Dh]
         x = x + attn.o_proj(out.reshape(S, 1, -1, Dh))
         x = x + block.mlp(block.mlp_norm(x))
     logits = model.logits(model.final_norm(x)[:, 0])

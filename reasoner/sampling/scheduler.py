@@ -16,6 +16,7 @@ import dataclasses
 
 import numpy as np
 
+from reasoner.sampling.buckets import batch_bucket
 from reasoner.sampling.paged_cache import BlockAllocator, PromptLayout, blocks_needed, reserve_prompt
 from reasoner.sampling.params import SamplingParams
 from reasoner.sampling.processors import DecodeSpec
@@ -128,10 +129,11 @@ class Scheduler:
         return row
 
     def step_slots(self) -> np.ndarray:
-        """The slots a decode chunk runs: every running one, padded with idle (done) slots to a power of two
-        (at most all slots), distinct so that writing the chunk's results back is unambiguous."""
+        """The slots a decode chunk runs: every running one, padded with idle (done) slots to a batch bucket
+        (`buckets.batch_bucket`, at most all slots), distinct so that writing the chunk's results back is
+        unambiguous."""
         running = sorted(self.rows)
-        size = min(1 << max(len(running) - 1, 0).bit_length(), self.slots)
+        size = batch_bucket(max(len(running), 1), cap=self.slots)
         idle = [s for s in range(self.slots) if s not in self.rows][:size - len(running)]
         return np.asarray(running + idle, np.int32)
 

@@ -43,3 +43,13 @@ def test_generate_cli_on_the_engine_writes_the_static_batches_lines(small_vocab_
         for c in sampler.generate(prompts[start:start + 3], params.replace(seed=7 + start)):
             expect.append((start + c.prompt_index, c.sample_index, [int(t) for t in c.tokens]))
     assert [(r["line"], r["sample_index"], r["tokens"]) for r in lines] == expect
+
+
+def test_batch_buckets_waste_at_most_a_third_and_stay_within_the_slots():
+    from reasoner.sampling.buckets import batch_bucket
+
+    sizes = [batch_bucket(n, cap=256) for n in range(1, 257)]
+    assert sorted(set(sizes)) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
+    for n, b in zip(range(1, 257), sizes):
+        assert n <= b <= 256 and (b - n) / b < 1 / 3 + 1e-9, (n, b)
+    assert batch_bucket(100, cap=100) == 100 and batch_bucket(5, cap=4) == 4
