@@ -3,9 +3,9 @@
 Layout (per layer, keys and values alike): `[KV, NB, bs, Dh]`: kv heads, then blocks, then the
 `bs` token positions of a block, then the head dim. A slot's table row `[J]` lists the blocks that
 hold its positions `0 .. J*bs - 1`: position p lives in block `table[p // bs]` at offset `p % bs`.
-Why heads first: gathering a slot's blocks with `jnp.take(pool, table_SxJ, axis=1)` gives
-`[KV, S, J, bs, Dh]`, whose two leading dims are exactly the batch dims (kv head, slot) of both
-attention contractions, so XLA feeds the gathered blocks to its dot without another transpose.
+Why heads first: `pool[head]` is then a `[NB, bs, Dh]` array whose leading axis the block table indexes,
+so a slot's blocks of one head gather as whole contiguous blocks into `[S, J * bs, Dh]`, the operand of a
+contraction batched over slots alone (`head_blocks`).
 
 Block 0 is the null block: never handed out, it absorbs the writes of idle slots (whose table rows
 are all 0) and holds finite garbage that no live position ever reads (reads are masked by length).
