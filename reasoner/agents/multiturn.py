@@ -101,6 +101,16 @@ class Rollout:
         return [completion_text(c) for c in self.completions]
 
 
+class _OneTurn:
+    """A single-turn rollout's `session`: `run()` generates every row once; nothing continues."""
+
+    def __init__(self, sampler, prompt_ids, sampling, max_len: int):
+        self.sampler, self.prompt_ids, self.sampling, self.max_len = sampler, prompt_ids, sampling, max_len
+
+    def run(self):
+        return self.sampler.generate([list(p) for p in self.prompt_ids], self.sampling, max_len=self.max_len)
+
+
 def rollout(sampler, *, prompt_ids: Sequence[Sequence[int]], examples: Sequence[Mapping], sampling,
             budget: int, tool: Tool | None = None, max_turns: int = 1, tool_reserve: int = 256) -> Rollout:
     """Generates `sampling.n` completions per prompt, continuing rows through `tool` for up to `max_turns` turns.
@@ -117,8 +127,13 @@ def rollout(sampler, *, prompt_ids: Sequence[Sequence[int]], examples: Sequence[
         sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *tool.stop))))
         tool.begin([examples[b // n] for b in range(len(prompt_ids) * n)])
     max_len = max(len(p) for p in prompt_ids) + budget + 1
+    # One turn is a plain `generate` (the static Sampler or the paged RolloutEngine); more need the KV continuation
+    # of a static Session.
+    if multi and not hasattr(sampler, "start"):
+        raise ValueError(f"rollout: max_turns={max_turns} with a tool needs a sampler that continues its KV cache "
+                         f"(reasoner.sampling.Sampler); {type(sampler).__name__} generates single turns only")
     session = sampler.start([list(p) for p in prompt_ids], sampling, max_len=max_len,
-                            reserve=tool_reserve if multi else 0)
+                            reserve=tool_reserve) if multi else _OneTurn(sampler, prompt_ids, sampling, max_len)
     B = len(prompt_ids) * n
     ids: list[list[int]] = [[] for _ in range(B)]
     model_tok: list[list[int]] = [[] for _ in range(B)]
@@ -136,8 +151,11 @@ def rollout(sampler, *, prompt_ids: Sequence[Sequence[int]], examples: Sequence[
             truncated[b] |= comp.finish_reason == "length"
         if tool is None:
             break
+        suffixes = tool.turn(done, want_next=turn < max_turns - 1)
+        if not multi:
+            break
         appends = {}
-        for b, suffix in tool.turn(done, want_next=turn < max_turns - 1).items():
+        for b, suffix in suffixes.items():
             if truncated[b]:
                 continue
             resp_ids = encode(sampler.tokenizer, suffix)

@@ -4,11 +4,13 @@ One iteration = 4 prompts x G 4 completions of exactly 128 new tokens (EOS suppr
 generate the same amount), reward, advantages, one optimizer update. Both sides: the same weights (ours dequantized
 from the GGUF, TRL from our safetensors export of exactly those weights), float32, temperature 1, Adam(W) lr 1e-6
 with clipping at 1.0, TRL's default loss (dapo, beta 0: no reference model), the same Python reward function.
-Ours is `trainers.grpo.generation_step` (jitted sampler with one prefill per prompt, host reward thread, jitted
+Ours is `trainers.grpo.generation_step` (rollouts on the paged `RolloutEngine`, host reward thread, jitted
 step); theirs is `GRPOTrainer.train` with transformers generation. Reported: completions per second over the
 median of the measured iterations (after one warm-up iteration each: compilation on our side), and the ratio.
 TRL runs in child processes, under glibc's default malloc settings and under ours (`ratio_same_env`; see
-`baseline_child`).
+`baseline_child`). `rollout_static_s` is our rollout phase before the engine (the same iterations on the static
+sampler, `grpo.rollout_engine=static`), `ours_phase_s.rollout_s` after it; with every row generating exactly
+`--new-tokens` tokens, the engine's gain here is its live-length attention only (no row finishes early).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def distinct_word_share(texts) -> list[float]:
     return out
 
 
-def our_config(*, prompts: int, generations: int, new_tokens: int, steps: int):
+def our_config(*, prompts: int, generations: int, new_tokens: int, steps: int, rollout_engine: str = "auto"):
     from reasoner.config import load_config
 
     import pathlib
@@ -57,17 +59,20 @@ def our_config(*, prompts: int, generations: int, new_tokens: int, steps: int):
     c = load_config(f"{path}:smollm2", [
         f"--config.grpo.num_generations={generations}", f"--config.grpo.prompts_per_step={prompts}",
         f"--config.grpo.max_new_tokens={new_tokens}", "--config.grpo.beta=0.0", "--config.grpo.temperature=1.0",
-        f"--config.train.num_steps={steps + 1}", "--config.optim.lr=1e-6", "--config.mesh=fsdp=-1"])
+        f"--config.train.num_steps={steps + 1}", "--config.optim.lr=1e-6", "--config.mesh=fsdp=-1",
+        f"--config.grpo.rollout_engine={rollout_engine}"])
     c.grpo.ignore_eos = True
     return c
 
 
-def time_ours(model, tokenizer, *, prompts: int, generations: int, new_tokens: int, steps: int):
+def time_ours(model, tokenizer, *, prompts: int, generations: int, new_tokens: int, steps: int,
+              rollout_engine: str = "auto"):
     """(seconds per measured iteration, per-iteration phase seconds: rollout, reward wait, update)."""
     from reasoner.rewards import CompositeReward, WeightedReward, completion_text
     from trainers import grpo
 
-    cfg = our_config(prompts=prompts, generations=generations, new_tokens=new_tokens, steps=steps)
+    cfg = our_config(prompts=prompts, generations=generations, new_tokens=new_tokens, steps=steps,
+                     rollout_engine=rollout_engine)
     reward = CompositeReward([WeightedReward(
         "distinct", lambda cs, *, examples: distinct_word_share([completion_text(c) for c in cs]))])
     steps = grpo.build_grpo(cfg, model=model, tokenizer=tokenizer)
@@ -136,10 +141,22 @@ def run(args) -> int:
         # Export before our trainer donates the parameter buffers.
         request = {"benchmark": "grpo", "model_dir": tc.export_weights(model, f"{tmp}/hf"), **kw}
         baselines = tc.measure_baselines(args, request)
+    # The rollout phase before the engine: the same iterations with the static sampler (weights copied first: our
+    # trainer donates the parameter buffers).
+    import jax.numpy as jnp
+    from flax import nnx
+
+    graphdef, weights = nnx.split(model)
+    _, static_phases = time_ours(nnx.merge(graphdef, jax.tree.map(jnp.copy, weights)), tokenizer,
+                                 rollout_engine="static", **kw)
     ours_times, phases = time_ours(model, tokenizer, **kw)
     out = tc.summary(ours_times=ours_times, baselines=baselines, units_per_step=args.prompts * args.generations,
                      unit="samples", extra={
                          "ours_phase_s": {k: round(statistics.median(p[k] for p in phases), 2) for k in phases[0]},
+                         "rollout_static_s": round(statistics.median(p["rollout_s"] for p in static_phases), 2),
+                         "rollout_ratio_static_over_engine": round(
+                             statistics.median(p["rollout_s"] for p in static_phases)
+                             / statistics.median(p["rollout_s"] for p in phases), 3),
                          "samples_per_step": args.prompts * args.generations, "new_tokens": args.new_tokens,
                          "device": jax.devices()[0].device_kind})
     out = tc.add_roofline(out, model.cfg, ours_times=ours_times, **rollout_work(

@@ -397,3 +397,44 @@ def test_lora_trains_only_adapters_against_the_adapter_free_base(tok_dir):
                if str(path[-1].key) == "b"]
     assert max(float(np.abs(b).max()) for b in b_after) > 0
     jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, run.frozen.base), rest_before)
+
+
+def test_single_turn_rollouts_run_on_the_paged_engine_and_draw_the_static_samplers_tokens(tok_dir):
+    """`grpo.rollout_engine="auto"` on one device, one turn: the RolloutEngine, whose rollout (tokens, old
+    log-probs, truncation) equals the static Sampler's from the same seed; multi-turn and multi-device runs keep the
+    static Sampler, and forcing the engine there is refused with the reason."""
+    from reasoner.sampling import Sampler, SamplingParams
+    from reasoner.sampling.rollout_engine import RolloutEngine
+    from reasoner.sharding import make_mesh
+    from reasoner.tokenization import encode
+
+    cfg = tiny(tok_dir, "--config.grpo.max_new_tokens=9", "--config.grpo.max_completion_tokens=9")
+    steps = grpo.build_grpo(cfg, mesh=one_device_mesh())
+    engine = grpo.sampler_for(steps.run)
+    assert isinstance(engine, RolloutEngine) and engine.slots == G * int(cfg.grpo.prompts_per_step)
+    static = Sampler(steps.run.model(), steps.run.tokenizer)
+    tok = steps.run.tokenizer
+    prompts = [encode(tok, "say something"), encode(tok, "one two three four"), encode(tok, "yes")]
+    sampling = SamplingParams(max_new_tokens=9, temperature=1.0, n=G, seed=5)
+    got = [grpo.rollout(s, prompt_ids=prompts, examples=[{}] * 3, sampling=sampling, budget=9)
+           for s in (engine, static)]
+    assert [x.tolist() for x in got[0].completion_ids] == [x.tolist() for x in got[1].completion_ids]
+    assert got[0].truncated.tolist() == got[1].truncated.tolist() and got[0].truncated.any()
+    # the two paths' logits differ by float32 rounding of the attention alone: the forward's log-prob bound
+    model = steps.run.model()
+    longest = max((list(p) + list(c) for p, c in zip(got[1].prompt_ids, got[1].completion_ids)), key=len)
+    z = model(jnp.asarray([longest]), positions_BxT=jnp.arange(len(longest))[None])[0]
+    atol = logprob_atol(z, steps.run.model_cfg, seq_len=len(longest))
+    for a, b in zip(got[0].old_logps, got[1].old_logps):
+        np.testing.assert_allclose(a, b, rtol=0, atol=atol)
+
+    multi = tiny(tok_dir, "--config.grpo.max_turns=3")
+    assert isinstance(grpo.sampler_for(grpo.build_grpo(multi, mesh=one_device_mesh()).run), Sampler)
+    forced = tiny(tok_dir, "--config.grpo.max_turns=3", "--config.grpo.rollout_engine=paged")
+    with pytest.raises(ValueError, match="single-turn rollouts on one device"):
+        grpo.sampler_for(grpo.build_grpo(forced, mesh=one_device_mesh()).run)
+    wide = grpo.build_grpo(tiny(tok_dir), mesh=make_mesh("fsdp=2", devices=jax.devices()[:2]))
+    assert isinstance(grpo.sampler_for(wide.run), Sampler)
+    with pytest.raises(ValueError, match="expected 'auto', 'paged' or 'static'"):
+        grpo.sampler_for(grpo.build_grpo(tiny(tok_dir, "--config.grpo.rollout_engine=fast"),
+                                         mesh=one_device_mesh()).run)

@@ -76,6 +76,10 @@ class SpySampler:
         self.started.append([list(p) for p in prompts])
         return self.inner.start(prompts, *args, **kwargs)
 
+    def generate(self, prompts, *args, **kwargs):  # single-turn rollouts
+        self.started.append([list(p) for p in prompts])
+        return self.inner.generate(prompts, *args, **kwargs)
+
 
 def test_a_generation_step_rolls_out_from_the_truncated_prompt(tok_dir, tokenizer):  # noqa: F811
     from reasoner.rewards import CompositeReward, WeightedReward, completion_text

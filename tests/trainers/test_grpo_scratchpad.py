@@ -73,6 +73,9 @@ class ScriptedSampler:
         self.session = ScriptedSession(self.tokenizer, prompts)
         return self.session
 
+    def generate(self, prompts, sampling, *, max_len):  # a single-turn rollout
+        return self.start(prompts, sampling, max_len=max_len, reserve=0).run()
+
 
 class FixedRunner:
     def __init__(self):
