@@ -75,14 +75,14 @@ def time_ours(model, tokenizer, *, prompts: int, generations: int, new_tokens: i
                      rollout_engine=rollout_engine)
     reward = CompositeReward([WeightedReward(
         "distinct", lambda cs, *, examples: distinct_word_share([completion_text(c) for c in cs]))])
-    steps = grpo.build_grpo(cfg, model=model, tokenizer=tokenizer)
-    sampler = grpo.sampler_for(steps.run)
+    built = grpo.build_grpo(cfg, model=model, tokenizer=tokenizer)
+    sampler = grpo.sampler_for(built.run)
     examples = [{"prompt": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]} for i in range(prompts)]
-    state = steps.run.state
+    state = built.run.state
     times, phases = [], []
     for i in range(steps + 1):
         t = time.perf_counter()
-        state, m = grpo.generation_step(steps, sampler, state, examples=examples, reward=reward, tool=None, seed=i)
+        state, m = grpo.generation_step(built, sampler, state, examples=examples, reward=reward, tool=None, seed=i)
         times.append(time.perf_counter() - t)
         phases.append({k: m[k] for k in ("rollout_s", "reward_wait_s", "update_s")})
         if m["completions/mean_length"] != new_tokens:
