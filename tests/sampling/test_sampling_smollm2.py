@@ -58,3 +58,40 @@ def test_sampler_and_engine_greedy_match_transformers_and_logprobs_match_forward
         np.testing.assert_allclose(s.model_logprobs, forward, atol=atol, err_msg=f"sampler, prompt {i}")
         np.testing.assert_allclose(e.model_logprobs, forward, atol=atol, err_msg=f"engine, prompt {i}")
     assert compared >= 6 * 16  # the chat answers are not all trivially short
+
+
+@pytest.mark.slow
+def test_engine_greedy_on_the_rollout_benchmarks_workload_equals_transformers(smollm2, smollm2_torch, tokenizer):
+    """Every request of `reasoner bench rollout`'s workload (its 64 chat prompts, EOS off, each request stopping at
+    its own budget from the benchmark's seeded geometric draws, capped at 24 here), greedy through the engine with
+    fewer slots than requests, equals transformers' greedy `generate` cut at that budget."""
+    import torch
+
+    from reasoner.benchmarks.rollout import budgets, workload
+
+    prompts = workload(tokenizer, prompts=64)
+    plan = [b[0] for b in budgets(prompts=64, samples=1, mean=8.0, cap=24)]
+    engine = RolloutEngine(smollm2, tokenizer, slots=16, chunk_steps=4)
+    params = SamplingParams(max_new_tokens=24, temperature=0.0, eos_ids=())
+    ids = [engine.submit(p, params, prompt_index=i, budgets=(b,)) for i, (p, b) in enumerate(zip(prompts, plan))]
+    done = engine.collect()
+    assert engine.stats["prefill_calls"] >= 4  # 64 requests through 16 slots
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id
+    eos = smollm2_torch.generation_config.eos_token_id
+    smollm2_torch.generation_config.eos_token_id = None  # EOS off, as the benchmark runs both sides
+    try:
+        with torch.no_grad():
+            out = smollm2_torch.generate(
+                input_ids=torch.tensor([[pad] * (width - len(p)) + p for p in prompts]),
+                attention_mask=torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts]),
+                max_new_tokens=24, do_sample=False, pad_token_id=pad)
+    finally:
+        smollm2_torch.generation_config.eos_token_id = eos
+    assert out.shape == (64, width + 24)
+    for i, (rid, b) in enumerate(zip(ids, plan)):
+        (c,) = done[rid]
+        want = out[i, width:width + b].tolist()
+        assert list(c.tokens) == want, f"request {i}: engine {c.text!r} vs {tokenizer.decode(want)!r}"
+        assert c.finish_reason == "length" and c.num_tokens == b
+    assert len(set(plan)) > 5  # the budgets are long-tailed, not one length
