@@ -14,9 +14,9 @@ tokens and sampled draws agree with the static sampler's up to float32 rounding 
 
 How it runs: a fixed number of decode slots. Each iteration (1) admits queued requests into free
 slots (`Scheduler.admit`: n slots and the blocks of their reservation) and prefills them in one
-call, (2) runs a decode chunk of `chunk_steps` steps over the running slots only (a power-of-two
-bucket of them: when the queue is empty and rows finish, the batch shrinks, so the long tail of a
-rollout decodes its few long rows, not every slot), attending over their live blocks only,
+call, (2) runs a decode chunk of `chunk_steps` steps over the running slots only (padded to a
+`buckets.batch_bucket`: when the queue is empty and rows finish, the batch shrinks, so the long tail
+of a rollout decodes its few long rows, not every slot), attending over their live blocks only,
 (3) reads which rows finished (EOS, budget, capacity on the device; stop strings on the host),
 returns their slots and blocks. A finished row's slot is therefore refilled within one chunk,
 while the other rows keep decoding: no row waits for the longest row of its batch, and the
