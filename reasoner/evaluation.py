@@ -181,44 +181,68 @@ def generate_completions(model, tokenizer, problems: Sequence[AStarProblem], set
 
 def _sample(model, tokenizer, prompts: list[list[int]], settings: EvalSettings, *, progress: bool,
             desc: str) -> tuple[list[list[str]], dict]:
-    """Greedy or K-sample generation of token-id prompts through the jitted sampler, `settings.batch_size` prompts
-    per call (a short last batch topped up with copies: one compile for every batch). A batch the sampler's memory
-    check refuses (MemoryError, raised on the host before anything runs; k-shot prompts are several times longer)
-    is retried at half the size, down to one prompt; the size used is reported (`generation.batch_size`). Greedy
-    rows do not depend on the batch; sampled rows are reproducible for a given batch size."""
+    """Greedy or K-sample generation of token-id prompts, `settings.batch_size` prompts at a time.
+
+    On one device the prompts go through the paged `RolloutEngine` with `batch_size` x K decode slots: a row that
+    ends (EOS) hands its slot to the next prompt at once, where a static batch would wait for its longest row. Prompt
+    i draws with the keys a static batch would give it (`prompt_index = i % batch_size`), so greedy rows equal the
+    static sampler's and sampled rows are reproducible for a given batch size, on either path. A model sharded over
+    several devices keeps the static sampler (the engine's block pool is not sharded), in batches topped up with
+    copies (one compile for every batch). The batch size is the largest, halving down to one prompt, whose cache
+    the memory check admits (`sampling.memory.check_fits`: MemoryError on the host before anything runs; k-shot
+    prompts are several times longer); the size used is reported (`generation.batch_size`)."""
+    import jax
+    from flax import nnx
     from tqdm import tqdm
 
     from reasoner.sampling import Sampler, SamplingParams
     from reasoner.sampling.buckets import bucket_length
+    from reasoner.sampling.memory import check_fits
+    from reasoner.sampling.rollout_engine import RolloutEngine
 
-    sampler = Sampler(model, tokenizer)
     params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                             top_p=settings.top_p, n=settings.num_samples, seed=settings.seed)
     # One cache length for every batch: the longest prompt's bucket + new tokens, so all batches share one compile.
     max_len = bucket_length(max(len(p) for p in prompts) + settings.max_new_tokens)
-    texts: list[list[str]] = []
+    prompt_bucket = bucket_length(max(len(p) for p in prompts), cap=max_len)
+    batch = settings.batch_size
+    while True:
+        try:
+            check_fits(model.cfg, batch=batch * settings.num_samples, prompts=batch, prompt_bucket=prompt_bucket,
+                       alloc_len=max_len, max_new=settings.max_new_tokens)
+            break
+        except MemoryError:
+            if batch == 1:
+                raise
+            batch = max(1, batch // 2)
+    one_device = len({d for leaf in jax.tree.leaves(nnx.state(model)) for d in leaf.devices()}) == 1
+    texts: list[list[str]] = [[] for _ in prompts]
     reasons: Counter = Counter()
-    tokens, lo, batch = 0, 0, settings.batch_size
+    tokens = 0
     start = time.perf_counter()
     bar = tqdm(total=len(prompts), desc=desc, unit="problem", disable=not progress, dynamic_ncols=True)
+
+    def record(i: int, group) -> None:
+        nonlocal tokens
+        texts[i] = [c.text for c in group]
+        reasons.update(c.finish_reason for c in group)
+        tokens += sum(c.num_tokens for c in group)
+        bar.update(1)
+
     try:
-        while lo < len(prompts):
-            chunk = prompts[lo:lo + batch]
-            try:
+        if one_device:
+            engine = RolloutEngine(model, tokenizer, slots=batch * settings.num_samples, max_len=max_len)
+            ids = {engine.submit(p, params, prompt_index=i % batch, max_len=max_len): i for i, p in enumerate(prompts)}
+            while ids:
+                for rid, group in engine.step().items():
+                    record(ids.pop(rid), group)
+        else:
+            sampler = Sampler(model, tokenizer)
+            for lo in range(0, len(prompts), batch):
+                chunk = prompts[lo:lo + batch]
                 out = sampler.generate(chunk + [chunk[-1]] * (batch - len(chunk)), params, max_len=max_len)
-            except MemoryError:
-                if batch == 1:
-                    raise
-                batch = max(1, batch // 2)
-                continue
-            lo += len(chunk)
-            rows = out[:len(chunk) * settings.num_samples]
-            for i in range(len(chunk)):
-                group = rows[i * settings.num_samples:(i + 1) * settings.num_samples]
-                texts.append([c.text for c in group])
-                reasons.update(c.finish_reason for c in group)
-                tokens += sum(c.num_tokens for c in group)
-            bar.update(len(chunk))
+                for i in range(len(chunk)):
+                    record(lo + i, out[i * settings.num_samples:(i + 1) * settings.num_samples])
     finally:
         bar.close()
     seconds = time.perf_counter() - start

@@ -99,14 +99,16 @@ def test_a_batch_refused_for_memory_is_generated_at_half_the_size(train, test, t
     settings = EvalSettings(few_shot=1, max_new_tokens=4, batch_size=3)
     whole, stats = generate_completions(model, tokenizer, test, settings, examples=train, progress=False)
     assert stats["batch_size"] == 3
-    generate = Sampler.generate
+    from reasoner.sampling import memory
 
-    def limited(self, prompts, params, **kwargs):  # the sampler's host-side memory check refuses > 1 row
-        if len(prompts) > 1:
-            raise MemoryError(f"batch of {len(prompts)} rows needs more than is available")
-        return generate(self, prompts, params, **kwargs)
+    fits = memory.check_fits
 
-    monkeypatch.setattr(Sampler, "generate", limited)
+    def limited(cfg, *, batch, **kwargs):  # the host-side memory check refuses > 1 row
+        if batch > 1:
+            raise MemoryError(f"batch of {batch} rows needs more than is available")
+        return fits(cfg, batch=batch, **kwargs)
+
+    monkeypatch.setattr(memory, "check_fits", limited)
     halved, stats = generate_completions(model, tokenizer, test, dataclasses.replace(settings, batch_size=4),
                                          examples=train, progress=False)
     assert halved == whole and stats["batch_size"] == 1  # 4 -> 2 -> 1; greedy rows do not depend on the batch
@@ -163,3 +165,33 @@ def test_pipeline_base_stage_adds_the_in_context_baseline(tmp_path, monkeypatch)
     train = [json.loads(x)["id"] for x in (tmp_path / "data" / "records" / "train.jsonl").read_text().splitlines()]
     assert [e.id for e in examples] == train
     assert doc["models"][1]["generation"]["few_shot"]["mean_shots"] == 2.0
+
+
+def test_one_device_evaluation_runs_on_the_rollout_engine_with_the_static_batches_rows(test, tokenizer, monkeypatch):
+    """On one device the prompts go through the paged engine (2 x K slots for 3 prompts: a slot is refilled) and
+    every row, greedy or sampled, equals what the static sampler gives the same prompt in its batch of 2."""
+    from reasoner.evaluation import build_prompts
+    from reasoner.sampling import Sampler, SamplingParams
+    from reasoner.sampling import rollout_engine
+    from reasoner.sampling.buckets import bucket_length
+    from tests.models_shared import TINY, random_decoder
+
+    model = random_decoder(TINY, seed=1, scale=4.0)
+    made = []
+    monkeypatch.setattr(rollout_engine.RolloutEngine, "__init__", lambda self, *a, _init=rollout_engine.RolloutEngine
+                        .__init__, **k: (made.append(k["slots"]), _init(self, *a, **k))[1])
+    sampler = Sampler(model, tokenizer)
+    for settings in (EvalSettings(max_new_tokens=6, batch_size=2),
+                     EvalSettings(num_samples=2, temperature=1.0, max_new_tokens=6, batch_size=2, seed=3)):
+        got, stats = generate_completions(model, tokenizer, test, settings, progress=False)
+        ids = build_prompts(test, settings, tokenizer=tokenizer, context=model.cfg.max_position_embeddings).ids
+        params = SamplingParams(max_new_tokens=6, temperature=settings.temperature, n=settings.num_samples,
+                                seed=settings.seed)
+        max_len = bucket_length(max(len(p) for p in ids) + 6)  # as the evaluation sizes the static cache
+        want = []
+        for lo in range(0, len(ids), 2):
+            out = sampler.generate(ids[lo:lo + 2], params, max_len=max_len)
+            want += [[c.text for c in out[i * settings.num_samples:(i + 1) * settings.num_samples]]
+                     for i in range(len(ids[lo:lo + 2]))]
+        assert got == want and stats["batch_size"] == 2 and len(test) == 3  # 3 prompts through 2 prompts' slots
+    assert made == [2, 4]  # batch_size x K slots, once per evaluation
