@@ -21,6 +21,7 @@ it off; a `GLIBC_TUNABLES` the user already set is kept and ours are added only 
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -87,8 +88,9 @@ def describe() -> str:
     return f"glibc GLIBC_TUNABLES={user}" if user else "glibc defaults"
 
 
+@functools.cache
 def _libc():
-    """glibc through ctypes, or None off glibc."""
+    """glibc through ctypes (loaded once), or None off glibc."""
     import ctypes
     import ctypes.util
 

@@ -232,7 +232,7 @@ def _sample(model, tokenizer, prompts: list[list[int]], settings: EvalSettings, 
     try:
         if one_device:
             engine = RolloutEngine(model, tokenizer, slots=batch * settings.num_samples, max_len=max_len)
-            ids = {engine.submit(p, params, prompt_index=i % batch, max_len=max_len): i for i, p in enumerate(prompts)}
+            ids = {engine.submit(p, params, prompt_index=i % batch): i for i, p in enumerate(prompts)}
             while ids:
                 for rid, group in engine.step().items():
                     record(ids.pop(rid), group)

@@ -177,9 +177,13 @@ def test_one_device_evaluation_runs_on_the_rollout_engine_with_the_static_batche
     from tests.models_shared import TINY, random_decoder
 
     model = random_decoder(TINY, seed=1, scale=4.0)
-    made = []
-    monkeypatch.setattr(rollout_engine.RolloutEngine, "__init__", lambda self, *a, _init=rollout_engine.RolloutEngine
-                        .__init__, **k: (made.append(k["slots"]), _init(self, *a, **k))[1])
+    made, init = [], rollout_engine.RolloutEngine.__init__
+
+    def recording_init(self, *args, **kwargs):  # records the slots each evaluation asks for
+        made.append(kwargs["slots"])
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(rollout_engine.RolloutEngine, "__init__", recording_init)
     sampler = Sampler(model, tokenizer)
     for settings in (EvalSettings(max_new_tokens=6, batch_size=2),
                      EvalSettings(num_samples=2, temperature=1.0, max_new_tokens=6, batch_size=2, seed=3)):

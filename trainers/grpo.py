@@ -221,9 +221,9 @@ def sampler_for(run: Run):
     if choice not in ("auto", "paged", "static"):
         raise ValueError(f"grpo.rollout_engine={choice!r}: expected 'auto', 'paged' or 'static'")
     multi_turn = int(g.max_turns) > 1  # a tool may come from the caller (`train(tool=...)`), not only the config
-    one_device = run.mesh is None or run.mesh.devices.size == 1
+    devices = 1 if run.mesh is None else run.mesh.devices.size
+    one_device = devices == 1
     if choice == "paged" and not (one_device and not multi_turn):
-        devices = 1 if run.mesh is None else run.mesh.devices.size
         raise ValueError(f"grpo.rollout_engine='paged' needs single-turn rollouts on one device; this run has "
                          f"max_turns={int(g.max_turns)} on {devices} devices (use 'auto' or 'static')")
     if choice == "static" or (choice == "auto" and (multi_turn or not one_device)):
