@@ -31,6 +31,8 @@ row's whole budget at admission, so nothing is ever preempted.
 from __future__ import annotations
 
 import itertools
+from typing import Callable
+
 import jax
 import numpy as np
 from flax import nnx
@@ -95,11 +97,15 @@ class RolloutEngine:
         return [c for rid in ids for c in done[rid]]
 
     def submit(self, prompt, params: SamplingParams, *, prompt_index: int = 0, max_len: int | None = None,
-               budgets=None) -> int:
+               budgets=None, on_text: Callable[[int, str], None] | None = None) -> int:
         """Queues one prompt (token ids or a str); returns its request id. `prompt_index` enters the
         PRNG keys (sample j of a request draws with `row_keys(seed, prompt_index, j)`). `budgets`:
         optional per-sample token budgets (n ints in [1, params.max_new_tokens]) instead of
-        `params.max_new_tokens` for every sample; each sample reserves blocks for its own budget."""
+        `params.max_new_tokens` for every sample; each sample reserves blocks for its own budget.
+        on_text(sample, delta): called from `step` with each sample's newly stable text (streaming; the
+        deltas concatenate to a prefix of the final text, which may end in held-back characters)."""
+        if on_text is not None and self.tokenizer is None:
+            raise ValueError("on_text: streaming text needs a tokenizer: pass one to RolloutEngine(model, tokenizer)")
         if isinstance(prompt, str):
             prompt = self._encode(prompt)
         limit = self.max_len if max_len is None else max_len
@@ -116,7 +122,7 @@ class RolloutEngine:
         req = RolloutRequest(request_id=next(self._ids), prompt=prompt, params=params,
                              distribution=Distribution.of(params, self._eos(params)),
                              capacities=tuple(min(len(prompt) + b, limit) for b in budgets), budgets=budgets,
-                             prompt_index=prompt_index)
+                             prompt_index=prompt_index, on_text=on_text)
         req.results = [None] * params.n
         if self.fixed_blocks is not None and self.sched.blocks_for(req) > self.fixed_blocks - 1:
             raise ValueError(f"request of {len(prompt)} prompt tokens x n={params.n} up to {max(req.capacities)} "
@@ -211,7 +217,7 @@ class RolloutEngine:
             return
         if not self.sched.rows:
             self._prepare_idle()
-        admitted = self.sched.admit()
+        admitted = self.sched.admit(max_budget=self._max_new)
         if not admitted:
             return
         bs, S = self.block_size, self.slots
@@ -234,7 +240,7 @@ class RolloutEngine:
         self.stats["prefill_calls"] += 1
         for i, j, s in rows:
             r = reqs[i]
-            text = RowText(self.tokenizer, r.params.stop) if r.params.stop else None
+            text = RowText(self.tokenizer, r.params.stop) if r.params.stop or r.on_text else None
             self.sched.rows[s] = Row(request=r, sample=j, slot=s, text=text)
 
     @staticmethod
@@ -269,6 +275,10 @@ class RolloutEngine:
             if row.text is not None and c > row.seen:
                 keep = row.text.append(tokens[slot, row.seen:c])
                 row.seen = c
+                if row.request.on_text is not None:
+                    delta = row.text.stream_delta()
+                    if delta:
+                        row.request.on_text(row.sample, delta)
                 if keep is not None:
                     ended[slot] = (STOP, keep)
                     continue

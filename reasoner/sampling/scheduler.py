@@ -6,13 +6,15 @@ the block pool holds its reservation (prompt blocks once, each sample's private 
 capacity). Admission is in order (no request overtakes an earlier one that does not fit yet), so
 results cannot starve. All running rows share one sampling distribution (greedy or not, top-k,
 top-p, temperature, EOS ids: what the compiled step and its traced scalars hold); a request whose
-distribution differs waits until the running rows have drained, then the engine switches.
+distribution differs waits until the running rows have drained, then the engine switches; so does
+a request whose budget is longer than the token buffers the running rows were given (`max_budget`).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -50,6 +52,7 @@ class RolloutRequest:
     capacities: tuple[int, ...]  # per sample, positions it may fill: min(prompt + its budget, max_len)
     budgets: tuple[int, ...]  # per sample, tokens it may draw (params.max_new_tokens unless given per sample)
     prompt_index: int = 0
+    on_text: Callable[[int, str], None] | None = None  # streaming: (sample, newly stable text)
     layout: PromptLayout | None = None
     results: list = dataclasses.field(default_factory=list)  # Completion per sample, None until finished
 
@@ -89,13 +92,16 @@ class Scheduler:
     def blocks_for(self, req: RolloutRequest) -> int:
         return blocks_needed(length=len(req.prompt), capacities=req.capacities, block_size=self.block_size)
 
-    def admit(self) -> list[tuple[RolloutRequest, list[int]]]:
-        """Reserves slots and blocks for queued requests, in order, while they fit; returns them with their slots."""
+    def admit(self, *, max_budget: int | None = None) -> list[tuple[RolloutRequest, list[int]]]:
+        """Reserves slots and blocks for queued requests, in order, while they fit; returns them with their slots.
+        max_budget: the longest budget the device's token buffers hold now; a longer request waits for idle slots
+        (the engine then re-sizes the buffers)."""
         out = []
         free = self.free_slots
         while self.queue:
             req = self.queue[0]
-            if self.distribution is not None and req.distribution != self.distribution:
+            changes = self.distribution is not None and req.distribution != self.distribution
+            if changes or (max_budget is not None and max(req.budgets) > max_budget):
                 if self.rows or out:
                     break
             if req.n > len(free) or self.blocks_for(req) > self.alloc.free:

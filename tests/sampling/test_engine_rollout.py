@@ -94,6 +94,40 @@ def test_stop_strings_free_the_slot_and_match_the_static_sampler(tiny_model, tok
     assert out[0].finish_reason == "stop" and out[0].text.endswith(stop)
 
 
+def test_a_request_arriving_mid_flight_with_a_longer_budget_waits_for_buffers_then_runs_whole(small_vocab_model):
+    """A server submits between steps: a later request whose budget outgrows the running rows' token buffers
+    must not be admitted into them (its tokens past the buffer would be lost); it runs once they drain."""
+    engine = RolloutEngine(small_vocab_model, slots=4, block_size=4, chunk_steps=2, num_blocks=64)
+    short = SamplingParams(max_new_tokens=4, temperature=0.0, eos_ids=())
+    long = SamplingParams(max_new_tokens=20, temperature=0.0, eos_ids=())
+    first = engine.submit(PROMPTS[0], short)
+    engine.step()  # the first request runs with buffers for 4 tokens
+    later = engine.submit(PROMPTS[1], long, prompt_index=1)
+    engine.step()
+    assert all(r.request.request_id == first for r in engine.sched.rows.values())  # the long one waits
+    done = engine.collect()
+    assert [c.num_tokens for c in done[later]] == [20]
+    ref = Sampler(small_vocab_model).generate([PROMPTS[1]], long)
+    np.testing.assert_array_equal(done[later][0].tokens, ref[0].tokens)
+    check_against_forward(small_vocab_model, PROMPTS[1], done[later][0])
+
+
+def test_streamed_text_arrives_in_pieces_that_concatenate_to_the_final_text(tiny_model, tokenizer):
+    prompt = tokenizer("Once upon a time", add_special_tokens=False)["input_ids"]
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5, n=2, eos_ids=())
+    engine = RolloutEngine(tiny_model, tokenizer, slots=2, block_size=8, chunk_steps=4)
+    pieces: dict[int, list[str]] = {0: [], 1: []}
+    rid = engine.submit(prompt, params, on_text=lambda j, delta: pieces[j].append(delta))
+    out = engine.collect()[rid]
+    plain = RolloutEngine(tiny_model, tokenizer, slots=2, block_size=8, chunk_steps=4).generate([prompt], params)
+    for j in (0, 1):
+        assert len(pieces[j]) >= 3  # 24 tokens in chunks of 4: text came out while decoding
+        streamed = "".join(pieces[j])
+        assert out[j].text.startswith(streamed)
+        assert set(out[j].text[len(streamed):]) <= {"\ufffd"}  # only an unfinished character is held back
+        assert out[j].text == plain[j].text  # streaming changes nothing drawn
+
+
 def _stop_string_from(tokenizer, ids):
     """The first generated token whose text the tokenizer can produce as a stop string."""
     from reasoner.sampling.params import check_stop_string
