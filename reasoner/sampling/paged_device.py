@@ -13,6 +13,10 @@ or idle. Three jitted functions, all donating the state so pools are updated in 
     token at its position through the block table and attends over the slot's first J blocks only,
     J a static bucket the host picks from the longest live row (the table is passed sliced): the
     step's work follows the number of live rows and their lengths, not the slots and capacity.
+  - `extend_slots`: KV continuation (multi-turn sessions): A slots' appended tokens (a bucket C per row,
+    the row's last drawn token first) go through one multi-token paged forward at positions [L, L+k)
+    that writes them through the block tables and attends causally over each slot's first J blocks;
+    each row then draws its first token of the new turn and its count/limit/done/token buffers restart.
   - `retire`: marks slots done (stop strings found on the host, or freed slots).
 
 Finish codes are the static sampler's (`engine.RUNNING/EOS/LENGTH`); tokens, both log-probs and the
@@ -217,6 +221,86 @@ def prefill_into_slots(graphdef, params, state: SlotState, tokens_PxT, segments_
         finish_S=put(state.finish_S, jnp.where(hit_eos, EOS, jnp.where(out_of_room, LENGTH, RUNNING))),
         tokens_SxN=zeros_N(state.tokens_SxN, tokens), sample_logp_SxN=zeros_N(state.sample_logp_SxN, slp),
         model_logp_SxN=zeros_N(state.model_logp_SxN, mlp))
+
+
+def _paged_attention(attn, q_AxCxHxDh, kp, vp, table_AxJ, positions_AxC):
+    """Causal (and sliding-window) attention of C queries per slot over the slot's first J blocks: [A, C, H, Dh].
+
+    One kv head at a time, as `paged_decode_logits`; a key slot is visible to a query when its position is at most
+    the query's (and within `attn.window` of it): positions past the row's length hold stale or garbage keys and
+    are never read."""
+    A, C, _, Dh = q_AxCxHxDh.shape
+    J = table_AxJ.shape[1]
+    qg = q_AxCxHxDh.reshape(A, C, attn.num_kv_heads, attn.group, Dh)
+    keys = [head_blocks(kp, n, table_AxJ) for n in range(attn.num_kv_heads)]  # [A, J*bs, Dh] each
+    values = [head_blocks(vp, n, table_AxJ) for n in range(attn.num_kv_heads)]
+    scores = jnp.stack([jnp.einsum("acgk,alk->acgl", qg[:, :, n], keys[n].astype(qg.dtype),
+                                   preferred_element_type=jnp.float32)
+                        for n in range(attn.num_kv_heads)], axis=2) * attn.scale  # [A, C, KV, G, J*bs]
+    slots_1x1xL = jnp.arange(J * kp.shape[2], dtype=jnp.int32)[None, None, :]
+    visible_AxCxL = window_visible(positions_AxC[:, :, None], slots_1x1xL, attn.window)
+    scores = jnp.where(visible_AxCxL[:, :, None, None, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(qg.dtype)
+    out = jnp.stack([jnp.einsum("acgl,alk->acgk", probs[:, :, n], values[n].astype(qg.dtype))
+                     for n in range(attn.num_kv_heads)], axis=2)  # [A, C, KV, G, Dh]
+    return out.reshape(A, C, -1, Dh)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "spec"), donate_argnums=(2,))
+def extend_slots(graphdef, params, state: SlotState, slot_ids_A, table_AxJ, tokens_AxC, start_A, lengths_A, limit_A,
+                 *, spec: DecodeSpec) -> SlotState:
+    """Continues A slots (a session's rows between turns): row a's `lengths_A[a]` tokens `tokens_AxC[a]` (its last
+    drawn token, never written to the cache, then the appended ids) are written at positions
+    `start_A[a] .. start_A[a] + lengths_A[a] - 1` through `table_AxJ` (padding positions, and padding rows with
+    slot id S and an all-null table, write into the null block), attending causally over the slot's cache; the
+    row then starts a new turn of up to `limit_A[a]` tokens, its first token drawn from its last appended token's
+    logits with `fold_in(row key, position)` at the new length (the static `engine.extend`'s scheme), its
+    count/done/finish/token buffers reset. One compile per (A, C, J) bucket."""
+    model = nnx.merge(graphdef, params)
+    A, C = tokens_AxC.shape
+    J = table_AxJ.shape[1]
+    pools = state.pools
+    bs = pools.block_size
+    steps_1xC = jnp.arange(C, dtype=jnp.int32)[None, :]
+    positions = start_A[:, None] + steps_1xC  # [A, C]
+    col = positions // bs
+    real = (steps_1xC < lengths_A[:, None]) & (col < J)
+    block_M = jnp.where(real, jnp.take_along_axis(table_AxJ, jnp.minimum(col, J - 1), axis=1), NULL_BLOCK).reshape(-1)
+    offset_M = (positions % bs).reshape(-1)
+    x = jnp.take(model.embed[...], tokens_AxC, axis=0).astype(model.cfg.dtype)  # [A, C, D]
+    cos, sin = rope_tables(positions, model.inv_freq)
+    new_k, new_v = [], []
+    for i, block in enumerate(model.layers):
+        q, k, v = layer_qkv(block, x, cos, sin)  # [A, C, H|KV, Dh]
+        flat = lambda t: jnp.swapaxes(t.reshape(A * C, *t.shape[2:]), 0, 1)  # noqa: E731  [KV, A*C, Dh]
+        kp = write_tokens(pools.k[i], flat(k), block_M, offset_M)
+        vp = write_tokens(pools.v[i], flat(v), block_M, offset_M)
+        new_k.append(kp)
+        new_v.append(vp)
+        x = x + block.attn.o_proj(_paged_attention(block.attn, q, kp, vp, table_AxJ, positions))
+        x = x + block.mlp(block.mlp_norm(x))
+    last = jnp.take_along_axis(x, jnp.maximum(lengths_A - 1, 0)[:, None, None], axis=1)  # [A, 1, D]
+    logits = model.logits(model.final_norm(last)[:, 0])
+    length = start_A + lengths_A
+    N = state.tokens_SxN.shape[1]
+    sub = state.replace(pools=PagedPools(k=tuple(new_k), v=tuple(new_v)),
+                        **{f: jnp.take(getattr(state, f), slot_ids_A, axis=0, mode="clip") for f in _PER_SLOT})
+    sub = sub.replace(length_S=length, count_S=jnp.zeros((A,), jnp.int32), limit_S=limit_A,
+                      done_S=jnp.zeros((A,), bool), finish_S=jnp.full((A,), RUNNING, jnp.int32),
+                      tokens_SxN=jnp.zeros((A, N), jnp.int32), sample_logp_SxN=jnp.zeros((A, N), jnp.float32),
+                      model_logp_SxN=jnp.zeros((A, N), jnp.float32))
+    drawn = choose_tokens(logits, _keys(sub), length, spec=spec, temperature=state.temperature, top_p=state.top_p)
+    sub = _record(sub, *drawn, jnp.ones((A,), bool))
+    return sub.replace(**{f: getattr(state, f).at[slot_ids_A].set(getattr(sub, f), mode="drop") for f in _PER_SLOT})
+
+
+def with_token_buffers(state: SlotState, max_new: int) -> SlotState:
+    """The state with fresh (zero) token and log-prob buffers of `max_new` columns: only while no slot is
+    decoding (a session's next turn may be longer than its first)."""
+    S = state.tokens_SxN.shape[0]
+    return state.replace(tokens_SxN=jnp.zeros((S, max_new), jnp.int32),
+                         sample_logp_SxN=jnp.zeros((S, max_new), jnp.float32),
+                         model_logp_SxN=jnp.zeros((S, max_new), jnp.float32))
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))

@@ -31,6 +31,7 @@ row's whole budget at admission, so nothing is ever preempted.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Callable
 
 import jax
@@ -39,7 +40,7 @@ from flax import nnx
 
 from reasoner.sampling import engine as static_engine
 from reasoner.sampling import paged_device as dev
-from reasoner.sampling.buckets import bucket_length, right_pad
+from reasoner.sampling.buckets import batch_bucket, bucket_length, right_pad
 from reasoner.sampling.paged_cache import BlockAllocator, empty_pools, pool_bytes, prompt_writes
 from reasoner.sampling.params import SamplingParams, check_request
 from reasoner.sampling.processors import row_keys
@@ -83,11 +84,13 @@ class RolloutEngine:
         self._max_new = 0
         self._ids = itertools.count()
         self._finished: dict[int, RolloutRequest] = {}
-        self.stats = {"prefill_calls": 0, "decode_chunks": 0}
+        self.stats = {"prefill_calls": 0, "decode_chunks": 0, "extend_calls": 0}
+        self._session_ref: weakref.ref | None = None  # the open multi-turn session, if any
 
     # ----------------------------------------------------------------------------------------- API
     def generate(self, prompts, params: SamplingParams, *, max_len: int | None = None) -> list[Completion]:
         """P prompts x n samples, in row order (see the module docstring); the engine must be idle."""
+        self._refuse_during_session("generate")
         if self.sched.rows or self.sched.queue:
             raise RuntimeError("generate: the engine is running submitted requests; collect() them first")
         prompts = self._check_prompts(prompts, params, max_len=max_len)
@@ -104,6 +107,7 @@ class RolloutEngine:
         `params.max_new_tokens` for every sample; each sample reserves blocks for its own budget.
         on_text(sample, delta): called from `step` with each sample's newly stable text (streaming; the
         deltas concatenate to a prefix of the final text, which may end in held-back characters)."""
+        self._refuse_during_session("submit")
         if on_text is not None and self.tokenizer is None:
             raise ValueError("on_text: streaming text needs a tokenizer: pass one to RolloutEngine(model, tokenizer)")
         if isinstance(prompt, str):
@@ -133,7 +137,7 @@ class RolloutEngine:
 
     def collect(self) -> dict[int, list[Completion]]:
         """Runs until every submitted request has finished; returns (and forgets) all finished ones."""
-        while self.sched.queue or self.sched.rows:
+        while self.sched.queue or self.sched.active:
             self.step()
         out = {rid: req.results for rid, req in self._finished.items()}
         self._finished.clear()
@@ -143,12 +147,23 @@ class RolloutEngine:
         """One iteration (admit + prefill, one decode chunk, harvest); returns requests finished in it."""
         before = set(self._finished)
         self._admit()
-        if self.sched.rows:
+        if self.sched.active:
             self._harvest()  # rows may finish on their first token
-        if self.sched.rows:
+        if self.sched.active:
             self._decode_chunk()
             self._harvest()
         return {rid: self._finished[rid].results for rid in self._finished if rid not in before}
+
+    def start(self, prompts, params: SamplingParams, *, max_len: int | None = None, reserve: int = 0):
+        """A multi-turn `EngineSession` (the static `Sampler.start`'s interface and draws; see
+        `engine_session`): prefills the prompts into slots that the rows keep until `close()`. reserve >= 1
+        allows `extend`; max_len (default: the bucket of longest prompt + max_new_tokens) bounds each row's
+        prompt, turns and appended tokens, and is what each row reserves blocks for."""
+        from reasoner.sampling.engine_session import EngineSession
+
+        session = EngineSession(self, prompts, params, max_len=max_len, reserve=reserve)
+        self._session_ref = weakref.ref(session)
+        return session
 
     @property
     def kv_bytes(self) -> int:
@@ -156,6 +171,41 @@ class RolloutEngine:
         return pool_bytes(self.cfg, num_blocks=self.sched.alloc.num_blocks, block_size=self.block_size)
 
     # ------------------------------------------------------------------------------------ internals
+    def _refuse_during_session(self, what: str) -> None:
+        session = self._session_ref() if self._session_ref is not None else None
+        if session is not None and not session.closed:
+            raise RuntimeError(f"{what}: a session holds {session.batch} of the engine's slots (its rows keep their "
+                               f"slots and KV cache between turns); close() it first")
+
+    def _grow_slots(self, slots: int) -> None:
+        """More decode slots (only while no row runs): a session's rows all hold one at once."""
+        self.sched.table = np.pad(self.sched.table, ((0, slots - self.slots), (0, 0)))
+        self.slots = self.sched.slots = slots
+        self.state = None
+
+    def _continue(self, pieces: dict[int, list[int]], starts: dict[int, int], limit: int) -> None:
+        """Writes `pieces[slot]` at positions `starts[slot]...` of parked session slots and starts their next
+        turn of up to `limit` tokens (`paged_device.extend_slots`, shapes bucketed: slots by `batch_bucket`,
+        tokens by `bucket_length`, blocks by powers of two)."""
+        if limit > self._max_new:
+            self._max_new = _pow2(limit)
+            self.state = dev.with_token_buffers(self.state, self._max_new)
+        slots = sorted(pieces)
+        A = batch_bucket(len(slots), cap=self.slots)
+        C = bucket_length(max(len(p) for p in pieces.values()))
+        end = max(starts[s] + len(pieces[s]) for s in slots)
+        J = min(_pow2(-(-end // self.block_size)), self.sched.table.shape[1])
+        pad = A - len(slots)
+        tokens, _, lengths = right_pad([pieces[s] for s in slots] + [[]] * pad, length=C)
+        table = np.zeros((A, J), np.int32)
+        table[:len(slots)] = self.sched.table[slots, :J]
+        self.state = dev.extend_slots(
+            self.graphdef, self.params, self.state, np.asarray(slots + [self.slots] * pad, np.int32), table, tokens,
+            np.asarray([starts[s] for s in slots] + [0] * pad, np.int32), lengths,
+            np.asarray([limit] * len(slots) + [1] * pad, np.int32), spec=self.sched.distribution.spec)
+        self.stats["extend_calls"] += 1
+        self.sched.parked.difference_update(slots)
+
     def _check_prompts(self, prompts, params, *, max_len):
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
@@ -257,12 +307,13 @@ class RolloutEngine:
             keys[ks] = np.asarray(data)
         return keys
 
-    def _decode_chunk(self) -> None:
+    def _decode_chunk(self, steps: int | None = None) -> None:
+        steps = steps or self.chunk_steps
         lengths = np.asarray(jax.device_get(self.state.length_S))
-        J = self.sched.live_blocks(lengths, self.chunk_steps)
+        J = self.sched.live_blocks(lengths, steps)
         slot_ids = self.sched.step_slots()
         table = self.sched.table[slot_ids, :J]
-        self.state = dev.decode_chunk(self.graphdef, self.params, self.state, slot_ids, table, self.chunk_steps,
+        self.state = dev.decode_chunk(self.graphdef, self.params, self.state, slot_ids, table, steps,
                                       spec=self.sched.distribution.spec)
         self.stats["decode_chunks"] += 1
 
@@ -270,7 +321,8 @@ class RolloutEngine:
         s = self.state
         count, done, finish, tokens = jax.device_get((s.count_S, s.done_S, s.finish_S, s.tokens_SxN))
         ended: dict[int, tuple[int, int]] = {}  # slot -> (finish code, tokens kept)
-        for slot, row in list(self.sched.rows.items()):
+        for slot in self.sched.active:
+            row = self.sched.rows[slot]
             c = int(count[slot])
             if row.text is not None and c > row.seen:
                 keep = row.text.append(tokens[slot, row.seen:c])
@@ -290,8 +342,12 @@ class RolloutEngine:
         mask = np.zeros(self.slots, bool)
         for slot, (code, keep) in ended.items():
             mask[slot] = True
-            row = self.sched.finish_row(slot)
+            row = self.sched.rows[slot]
             req = row.request
+            if req.holds_slots:
+                self.sched.parked.add(slot)  # a session's row: its slot and cache wait for the next turn
+            else:
+                self.sched.finish_row(slot)
             toks = np.asarray(tokens[slot, :keep]).copy()
             if row.text is not None:
                 text = row.text.text
@@ -300,7 +356,7 @@ class RolloutEngine:
             req.results[row.sample] = Completion(
                 tokens=toks, text=text, finish_reason=_REASONS[code], sample_logprobs=slp[slot, :keep].copy(),
                 model_logprobs=mlp[slot, :keep].copy(), prompt_index=req.prompt_index, sample_index=row.sample)
-            if req.request_id not in self.sched.running:
+            if not req.holds_slots and req.request_id not in self.sched.running:
                 self._finished[req.request_id] = req
         if any(code == STOP for code, _ in ended.values()):
             self.state = dev.retire(self.state, mask)

@@ -8,6 +8,10 @@ results cannot starve. All running rows share one sampling distribution (greedy 
 top-p, temperature, EOS ids: what the compiled step and its traced scalars hold); a request whose
 distribution differs waits until the running rows have drained, then the engine switches; so does
 a request whose budget is longer than the token buffers the running rows were given (`max_budget`).
+
+A session's rows (`RolloutEngine.start`, multi-turn) hold their slots and blocks between turns: a row that
+finishes a turn is parked (`parked`: done on the device, its cache kept) instead of freed, and only
+`EngineSession.close` frees it. Parked rows take no part in decode chunks.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class RolloutRequest:
     budgets: tuple[int, ...]  # per sample, tokens it may draw (params.max_new_tokens unless given per sample)
     prompt_index: int = 0
     on_text: Callable[[int, str], None] | None = None  # streaming: (sample, newly stable text)
+    holds_slots: bool = False  # a session's rows: parked, not freed, when a turn ends
     layout: PromptLayout | None = None
     results: list = dataclasses.field(default_factory=list)  # Completion per sample, None until finished
 
@@ -84,6 +89,12 @@ class Scheduler:
         self.table = np.zeros((slots, 1), np.int32)
         self.running: dict[int, int] = {}  # request id -> rows still running
         self.distribution: Distribution | None = None
+        self.parked: set[int] = set()  # slots of session rows between turns (done, cache kept)
+
+    @property
+    def active(self) -> list[int]:
+        """Slots of the rows decoding now (every row but the parked ones), ascending."""
+        return sorted(s for s in self.rows if s not in self.parked)
 
     @property
     def free_slots(self) -> list[int]:
@@ -126,6 +137,7 @@ class Scheduler:
         """Frees a slot and the row's private blocks; the shared prompt blocks go back to the pool with
         the request's last row (their reference count is the number of samples)."""
         row = self.rows.pop(slot)
+        self.parked.discard(slot)
         self.table[slot, :] = 0
         req = row.request
         self.alloc.release(list(req.layout.shared) + list(req.layout.own[row.sample]))
@@ -137,17 +149,19 @@ class Scheduler:
     def step_slots(self) -> np.ndarray:
         """The slots a decode chunk runs: every running one, padded with idle (done) slots to a batch bucket
         (`buckets.batch_bucket`, at most all slots), distinct so that writing the chunk's results back is
-        unambiguous."""
-        running = sorted(self.rows)
+        unambiguous. Free slots pad first, then parked ones (done too: the chunk changes nothing of theirs that
+        is read again, see `paged_device.decode_chunk`)."""
+        running = self.active
         size = batch_bucket(max(len(running), 1), cap=self.slots)
-        idle = [s for s in range(self.slots) if s not in self.rows][:size - len(running)]
-        return np.asarray(running + idle, np.int32)
+        idle = [s for s in range(self.slots) if s not in self.rows] + sorted(self.parked)
+        return np.asarray(running + idle[:size - len(running)], np.int32)
 
     def live_blocks(self, lengths_S: np.ndarray, steps: int) -> int:
         """Table columns a chunk of `steps` steps can touch: the longest active row's, bucketed to a
         power of two (one compile per bucket) and clipped to the table width."""
-        if not self.rows:
+        running = self.active
+        if not running:
             return 1
-        longest = max(int(lengths_S[s]) for s in self.rows) + steps
+        longest = max(int(lengths_S[s]) for s in running) + steps
         need = -(-longest // self.block_size)
         return min(1 << (need - 1).bit_length(), self.table.shape[1])

@@ -157,6 +157,7 @@ class Session:
 
         on_text(row, delta): called with newly stable text (streaming). on_chunk(new_tokens): progress.
         """
+        self._check_open("run")
         params, tok = self.params, self.sampler.tokenizer
         watch = bool(params.stop) or on_text is not None
         if watch and tok is None:
@@ -236,6 +237,7 @@ class Session:
         The appended tokens are written after each row's history, in chunks of at most `reserve`
         tokens; the rows' first new tokens are drawn from the last appended token's logits.
         """
+        self._check_open("extend")
         if self.active.any():
             raise RuntimeError("extend: the current turn is still running; call run() first")
         if self.reserve < 1:
@@ -290,4 +292,12 @@ class Session:
     def row_text(self, b: int) -> str:
         """Decoded full history of row b (prompt and every turn), for debugging and tools."""
         return decode(self.sampler.tokenizer, self.history[b])
+
+    def close(self) -> None:
+        """Drops the KV cache (the rows cannot run or extend afterwards); `EngineSession.close`'s counterpart."""
+        self.state = None
+
+    def _check_open(self, what: str) -> None:
+        if self.state is None:
+            raise RuntimeError(f"{what}: this session is closed")
 
