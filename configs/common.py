@@ -65,8 +65,8 @@ def grpo(**changes) -> ml_collections.ConfigDict:
                          dynamic_sampling=False, overlong_max_len=0, overlong_cache=0,
                          # prompt length (trainers.grpo_eval): 0 = no limit; "truncate_left" (TRL) | "drop"
                          max_prompt_tokens=0, prompt_overflow="truncate_left",
-                         # rollouts (trainers.grpo.sampler_for): "auto" = the paged rollout engine for single-turn
-                         # rollouts on one device, else the static sampler; "paged" | "static" force one;
+                         # rollouts (trainers.grpo.sampler_for): "auto" = the paged rollout engine on one device
+                         # (single- and multi-turn), the static sampler on several; "paged" | "static" force one;
                          # engine_slots 0 = every row of the step at once
                          rollout_engine="auto", engine_slots=0), changes, "grpo")
 

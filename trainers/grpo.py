@@ -210,9 +210,10 @@ def make_reference_fn(graphdef, *, prompt_len: int, temperature: float, frozen_s
 
 def sampler_for(run: Run):
     """The rollout generator of a run: the paged `RolloutEngine` (continuous batching, per-row budgets, live-length
-    attention, shared prompt blocks) or the static `Sampler`, by `grpo.rollout_engine`. "auto" takes the engine when
-    its limits allow: single-turn rollouts (it has no KV continuation for tool turns) on a one-device mesh (its
-    block pool is not sharded). Both draw the same tokens from the same keys (tested), so the choice is speed only."""
+    attention, shared prompt blocks, KV continuation of tool turns through `RolloutEngine.start`) or the static
+    `Sampler`, by `grpo.rollout_engine`. "auto" takes the engine on a one-device mesh, single- and multi-turn alike,
+    and the static Sampler on a mesh of several devices (the engine's block pool is not sharded). Both draw the same
+    tokens from the same keys, turn after turn (tested), so the choice is speed only."""
     from reasoner.sampling import Sampler
     from reasoner.sampling.rollout_engine import RolloutEngine
 
@@ -220,14 +221,13 @@ def sampler_for(run: Run):
     choice = str(g.get("rollout_engine", "auto"))
     if choice not in ("auto", "paged", "static"):
         raise ValueError(f"grpo.rollout_engine={choice!r}: expected 'auto', 'paged' or 'static'")
-    multi_turn = int(g.max_turns) > 1  # a tool may come from the caller (`train(tool=...)`), not only the config
     devices = 1 if run.mesh is None else run.mesh.devices.size
-    one_device = devices == 1
-    if choice == "paged" and not (one_device and not multi_turn):
-        raise ValueError(f"grpo.rollout_engine='paged' needs single-turn rollouts on one device; this run has "
-                         f"max_turns={int(g.max_turns)} on {devices} devices (use 'auto' or 'static')")
-    if choice == "static" or (choice == "auto" and (multi_turn or not one_device)):
+    if choice == "paged" and devices != 1:
+        raise ValueError(f"grpo.rollout_engine='paged' needs a one-device mesh (the engine's block pool is not "
+                         f"sharded); this run has {devices} devices (use 'auto' or 'static')")
+    if choice == "static" or devices != 1:
         return Sampler(run.model(), run.tokenizer, mesh=run.mesh)
+    # every row of a step at once; a multi-turn session needs a slot per row and grows the engine's slots to them
     slots = int(g.get("engine_slots", 0)) or int(g.num_generations) * int(g.prompts_per_step)
     return RolloutEngine(run.model(), run.tokenizer, slots=slots)
 

@@ -11,6 +11,14 @@ continued (a template that rewrites earlier turns).
 completions per prompt and, with a tool (`reasoner.agents.environment.EnvironmentTool`: the SMT scratchpad's
 `ScratchpadTool`, Python function tools, any `Environment`), continues rows for up to `max_turns` turns, the tool's
 responses masked out of the loss (`tool_mask` 0). Returns a `Rollout`.
+
+What runs where: `sampler` is either generator. One turn is its `generate`; more are a session (`sampler.start`):
+the paged `RolloutEngine`'s `EngineSession` on one device (`trainers.grpo.sampler_for` "auto"), the static
+`Sampler`'s `Session` on a multi-device mesh (the engine's block pool is not sharded). Both continue each row's
+cache and draw the same tokens from the same keys (tests/trainers/test_grpo_engine_turns.py), so the choice is
+speed and memory only: the engine's rows hold blocks for what they use, attend over their live blocks and share
+their prompt's full blocks, where the static cache is `rows x (max_len + reserve)`. The session is closed when the
+rollout returns (the engine's holds its slots until then).
 """
 
 from __future__ import annotations
@@ -119,21 +127,30 @@ def rollout(sampler, *, prompt_ids: Sequence[Sequence[int]], examples: Sequence[
     length, when the tool ends it (finish(), no tool call), or when its completion would exceed `budget` tokens
     (then it counts as truncated). Tool responses are appended to the same KV cache with tool_mask 0.
     """
-    from reasoner.tokenization import encode
-
     n = sampling.n
     multi = tool is not None and max_turns > 1
     if tool is not None:
         sampling = sampling.replace(stop=tuple(dict.fromkeys((*sampling.stop, *tool.stop))))
         tool.begin([examples[b // n] for b in range(len(prompt_ids) * n)])
     max_len = max(len(p) for p in prompt_ids) + budget + 1
-    # One turn is a plain `generate` (the static Sampler or the paged RolloutEngine); more need the KV continuation
-    # of a static Session.
-    if multi and not hasattr(sampler, "start"):
-        raise ValueError(f"rollout: max_turns={max_turns} with a tool needs a sampler that continues its KV cache "
-                         f"(reasoner.sampling.Sampler); {type(sampler).__name__} generates single turns only")
+    # One turn is a plain `generate`; more continue each row's KV cache through a session (`start`: the static
+    # Sampler's `Session` or the RolloutEngine's `EngineSession`, the same interface and draws).
     session = sampler.start([list(p) for p in prompt_ids], sampling, max_len=max_len,
                             reserve=tool_reserve) if multi else _OneTurn(sampler, prompt_ids, sampling, max_len)
+    try:
+        return _turns(session, getattr(sampler, "tokenizer", None), prompt_ids=prompt_ids, examples=examples, sampling=sampling,
+                      budget=budget, tool=tool, max_turns=max_turns, multi=multi, max_len=max_len)
+    finally:
+        close = getattr(session, "close", None)
+        if close is not None:  # the engine's session holds its slots and blocks until closed
+            close()
+
+
+def _turns(session, tokenizer, *, prompt_ids, examples, sampling, budget: int, tool, max_turns: int, multi: bool,
+           max_len: int) -> Rollout:
+    from reasoner.tokenization import encode
+
+    n = sampling.n
     B = len(prompt_ids) * n
     ids: list[list[int]] = [[] for _ in range(B)]
     model_tok: list[list[int]] = [[] for _ in range(B)]
@@ -158,7 +175,7 @@ def rollout(sampler, *, prompt_ids: Sequence[Sequence[int]], examples: Sequence[
         for b, suffix in suffixes.items():
             if truncated[b]:
                 continue
-            resp_ids = encode(sampler.tokenizer, suffix)
+            resp_ids = encode(tokenizer, suffix)
             if len(ids[b]) + len(resp_ids) + 1 > budget or len(session.history[b]) + len(resp_ids) + 2 >= max_len:
                 truncated[b] = True  # no room for the response and another turn
                 continue

@@ -5,12 +5,14 @@
 
 Each call renders every conversation with the chat template (tools passed as `TOOLS`, generation
 prompt added) and generates one assistant turn per conversation, stopping at end-of-turn or right
-after `</tool_call>`. Multi-turn continuation follows `reasoner.agents.multiturn.ChatCache` (the one
-rule, shared with GRPO's rollouts): the policy keeps the sampler `Session` of its last call. When
+after `</tool_call>`, on the paged `RolloutEngine` when the model is on one device (else on the
+static `Sampler` over its mesh: the engine's block pool is not sharded). Multi-turn continuation
+follows `reasoner.agents.multiturn.ChatCache` (the one rule, shared with GRPO's rollouts): the
+policy keeps the session of its last call (`Session` or `EngineSession`, one interface). When
 every new conversation extends one of that session's rows - its rendered text starts with the row's
 rendered prompt plus the reply the row produced - only the new suffix (end of the assistant turn,
 tool response, next generation prompt) is tokenized and appended to the row's cache; the history is
-not prefilled again. Otherwise (a new batch) it starts a new session. In a
+not prefilled again. Otherwise (a new batch) it closes that session and starts a new one. In a
 first call where every prompt appears the same number of times K (K samples per problem), the K
 copies share one prefill (n = K).
 
@@ -29,20 +31,41 @@ from reasoner.agents.policies import TOOLS, Reply
 TOOL_CALL_END = "</tool_call>"
 
 
-class SamplerPolicy:
-    """Policy over `reasoner.sampling.Sampler`.
+def _on_one_device(model) -> bool:
+    """Whether every parameter of `model` lives on one device (the engine's block pool is not sharded)."""
+    import jax
+    from flax import nnx
 
-    max_len: cache slots per conversation (prompt + every turn + tool responses).
-    reserve: scratch slots, the longest appended chunk written in one call (longer appends take
-      several calls).
+    devices = set()
+    for leaf in jax.tree.leaves(nnx.state(model)):
+        devices |= set(getattr(leaf, "devices", lambda: set())())
+    return len(devices) <= 1
+
+
+class SamplerPolicy:
+    """Policy over our sampler: the paged `RolloutEngine` when the model is on one device, else the static
+    `reasoner.sampling.Sampler` (sharded over `mesh`); their sessions draw the same tokens (tested).
+
+    max_len: cache positions per conversation (prompt + every turn + tool responses).
+    reserve: the static sampler's scratch slots, the longest appended chunk written in one call (longer appends
+      take several calls); the engine writes an append in one call.
+    paged: None (the engine when `mesh` is None and the model's parameters are on one device), True or False.
     """
 
     def __init__(self, model, tokenizer, *, temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
                  max_new_tokens: int = 512, max_len: int = 4096, reserve: int = 128, seed: int = 0,
-                 tools: list | None = None, mesh=None):
-        from reasoner.sampling import Sampler, SamplingParams
+                 tools: list | None = None, mesh=None, paged: bool | None = None):
+        import reasoner.sampling
+        from reasoner.sampling import SamplingParams
 
-        self.sampler = Sampler(model, tokenizer, mesh=mesh)
+        if paged is None:
+            paged = mesh is None and _on_one_device(model)
+        if paged:
+            from reasoner.sampling import rollout_engine
+
+            self.sampler = rollout_engine.RolloutEngine(model, tokenizer, slots=1, max_len=max_len, chunk_steps=16)
+        else:
+            self.sampler = reasoner.sampling.Sampler(model, tokenizer, mesh=mesh)
         self.tokenizer = tokenizer
         self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                      top_k=top_k, seed=seed, stop=(TOOL_CALL_END,))
@@ -98,6 +121,9 @@ class SamplerPolicy:
             prompts, n = list(counts), k
         else:
             prompts, n = texts, 1
+        if self._session is not None and hasattr(self._session, "close"):
+            self._session.close()  # the engine's session holds its slots until closed
+            self._session = None
         self._session = self.sampler.start(prompts, self.params.replace(n=n), max_len=self.max_len,
                                            reserve=self.reserve)
         self.prefills += 1

@@ -8,6 +8,10 @@
     results = engine.collect()            # {request id: [Completion] * n}, runs until all finished
     # or engine.step() repeatedly: one iteration, returns the requests that finished in it
 
+    # multi-turn (tool calls): the static Session's interface on the engine, see `engine_session`
+    session = engine.start(prompts, params, max_len=1024, reserve=64)
+    first = session.run(); session.extend({row: tool_response_ids}); second = session.run(); session.close()
+
 `generate` is a drop-in for `Sampler.generate`: same arguments, same `Completion`s in the same row
 order (prompt-major, then sample), the same PRNG keys per (prompt, sample, position), so greedy
 tokens and sampled draws agree with the static sampler's up to float32 rounding of the logits.
@@ -23,9 +27,19 @@ while the other rows keep decoding: no row waits for the longest row of its batc
 prompt's cache is never copied per sample (see `paged_cache`). The block pool is sized from the queued work when `num_blocks` is None (enough
 for the first `slots` rows' reservations) and grows only while no row runs.
 
+Multi-turn sessions (`start`): KV continuation on the paged cache. A session's rows are admitted
+together, each in its own slot with blocks reserved for its whole `max_len`; between turns a row is
+parked (slot, blocks and cache kept) and `extend` writes the appended tokens through the block table in
+one jitted multi-token forward, so the history is never prefilled again; draws agree with the static
+`Session`'s (same keys per row and position). So every caller runs here on one device: `generate` and
+`submit` (evaluation, the server, single-turn GRPO), sessions (multi-turn GRPO rollouts through
+`agents.multiturn.rollout`, the SMT tool loop's `agents.sampler_policy.SamplerPolicy`).
+
 Limits today: one device (the static `Sampler` shards params and cache over a mesh; the pool is not
-sharded yet); a request's n samples are admitted together (n <= slots); blocks are reserved for a
-row's whole budget at admission, so nothing is ever preempted.
+sharded yet, so callers on a multi-device mesh keep the static Sampler); a request's n samples are
+admitted together (n <= slots); blocks are reserved for a row's whole budget at admission (a session
+row's: its whole max_len), so nothing is ever preempted; a session holds the engine (no other work until
+it is closed) and needs a slot per row (`start` grows the slots when idle).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A scripted stand-in for `reasoner.sampling.Sampler` behind `SamplerPolicy`, for CLI tests that need known replies.
+"""A scripted stand-in for the sampler behind `SamplerPolicy` (the static `reasoner.sampling.Sampler` or the paged
+`RolloutEngine`, whichever it builds), for CLI tests that need known replies.
 
 `use_script(monkeypatch, replies)` makes every `SamplerPolicy` built afterwards (the one `reasoner smt eval` and
 `reasoner smt rollout --model CKPT` build) sample from `replies(prompt_index, sample_index, turn) -> text`, so the
@@ -51,13 +52,14 @@ class _Session:
 
 
 def use_script(monkeypatch, replies) -> list:
-    """Patches the sampler class `SamplerPolicy` imports; returns the list of sessions started (for asserts)."""
+    """Patches the sampler classes `SamplerPolicy` builds; returns the list of sessions started (for asserts)."""
     import reasoner.sampling
+    from reasoner.sampling import rollout_engine
 
     sessions = []
 
     class ScriptedSampler:
-        def __init__(self, model, tokenizer, *, mesh=None):
+        def __init__(self, model, tokenizer, **options):
             self.tokenizer = tokenizer
 
         def start(self, prompts, sampling, *, max_len, reserve):
@@ -65,4 +67,5 @@ def use_script(monkeypatch, replies) -> list:
             return sessions[-1]
 
     monkeypatch.setattr(reasoner.sampling, "Sampler", ScriptedSampler)
+    monkeypatch.setattr(rollout_engine, "RolloutEngine", ScriptedSampler)
     return sessions

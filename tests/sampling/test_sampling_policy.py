@@ -30,3 +30,34 @@ def test_second_turn_extends_the_cache_and_k_samples_share_a_prefill(tiny_model,
         assert len(rows) == 1
         assert reply.prompt_tokens + reply.completion_tokens == len(session.history[rows[0]])
         assert reply.completion_tokens == 5
+
+
+def test_the_tool_loop_gives_the_same_conversation_on_the_engine_and_the_static_sampler(tiny_model, tokenizer):
+    """On one device SamplerPolicy runs on the paged RolloutEngine; three calls (two samples per problem, then a
+    continued subset with tool responses, then a new batch: the engine's session is closed and another started)
+    give the static sampler's replies, token for token."""
+    from reasoner.sampling import Sampler
+    from reasoner.sampling.rollout_engine import RolloutEngine
+
+    def loop(policy):
+        a = [{"role": "user", "content": "Is Anne kind?"}]
+        b = [{"role": "user", "content": "Solve x + 1 = 2."}]
+        convs = [list(a), list(a), list(b), list(b)]
+        replies = [policy.respond(convs)]
+        for conv, reply in zip(convs, replies[0]):
+            conv += [{"role": "assistant", "content": reply.text},
+                     {"role": "tool", "content": '{"sat_result": "sat", "output": "sat\\n(model (define-fun x () Int 1))"}'}]
+        replies.append(policy.respond([convs[3], convs[0], convs[1]]))
+        replies.append(policy.respond([[{"role": "user", "content": "A new problem."}]]))
+        return [[(r.text, r.prompt_tokens, r.completion_tokens) for r in call] for call in replies]
+
+    kwargs = dict(temperature=1.0, max_new_tokens=6, max_len=1024, reserve=64, seed=3)
+    paged = SamplerPolicy(tiny_model, tokenizer, **kwargs)
+    static = SamplerPolicy(tiny_model, tokenizer, paged=False, **kwargs)
+    assert isinstance(paged.sampler, RolloutEngine) and isinstance(static.sampler, Sampler)
+    got, want = loop(paged), loop(static)
+    assert got == want
+    assert paged.prefills == 2 and paged.continuations == 1
+    assert got[0][0][0] != got[0][1][0] and all(c == 6 for call in got for _, _, c in call)
+    engine = paged.sampler  # the last session holds one slot; the first one's were freed when it was replaced
+    assert len(engine.sched.rows) == 1

@@ -401,8 +401,9 @@ def test_lora_trains_only_adapters_against_the_adapter_free_base(tok_dir):
 
 def test_single_turn_rollouts_run_on_the_paged_engine_and_draw_the_static_samplers_tokens(tok_dir):
     """`grpo.rollout_engine="auto"` on one device, one turn: the RolloutEngine, whose rollout (tokens, old
-    log-probs, truncation) equals the static Sampler's from the same seed; multi-turn and multi-device runs keep the
-    static Sampler, and forcing the engine there is refused with the reason."""
+    log-probs, truncation) equals the static Sampler's from the same seed; multi-turn runs on one device take it too
+    (tests/trainers/test_grpo_engine_turns.py), multi-device runs keep the static Sampler, and forcing the engine
+    there is refused with the reason."""
     from reasoner.sampling import Sampler, SamplingParams
     from reasoner.sampling.rollout_engine import RolloutEngine
     from reasoner.sharding import make_mesh
@@ -429,12 +430,15 @@ def test_single_turn_rollouts_run_on_the_paged_engine_and_draw_the_static_sample
         np.testing.assert_allclose(a, b, rtol=0, atol=atol)
 
     multi = tiny(tok_dir, "--config.grpo.max_turns=3")
-    assert isinstance(grpo.sampler_for(grpo.build_grpo(multi, mesh=one_device_mesh()).run), Sampler)
-    forced = tiny(tok_dir, "--config.grpo.max_turns=3", "--config.grpo.rollout_engine=paged")
-    with pytest.raises(ValueError, match="single-turn rollouts on one device"):
-        grpo.sampler_for(grpo.build_grpo(forced, mesh=one_device_mesh()).run)
+    assert isinstance(grpo.sampler_for(grpo.build_grpo(multi, mesh=one_device_mesh()).run), RolloutEngine)
+    static_multi = tiny(tok_dir, "--config.grpo.max_turns=3", "--config.grpo.rollout_engine=static")
+    assert isinstance(grpo.sampler_for(grpo.build_grpo(static_multi, mesh=one_device_mesh()).run), Sampler)
     wide = grpo.build_grpo(tiny(tok_dir), mesh=make_mesh("fsdp=2", devices=jax.devices()[:2]))
     assert isinstance(grpo.sampler_for(wide.run), Sampler)
+    forced = grpo.build_grpo(tiny(tok_dir, "--config.grpo.rollout_engine=paged"),
+                             mesh=make_mesh("fsdp=2", devices=jax.devices()[:2]))
+    with pytest.raises(ValueError, match="needs a one-device mesh .* this run has 2 devices"):
+        grpo.sampler_for(forced.run)
     with pytest.raises(ValueError, match="expected 'auto', 'paged' or 'static'"):
         grpo.sampler_for(grpo.build_grpo(tiny(tok_dir, "--config.grpo.rollout_engine=fast"),
                                          mesh=one_device_mesh()).run)
