@@ -7,6 +7,9 @@ stop strings, per-token log-probs, and multi-turn continuation from the existing
 Modules: `params` (SamplingParams, validation), `processors` (temperature/top-k/top-p, log-probs),
 `engine` (jitted device functions), `session` (host loop, continuation), `stops` (stop strings,
 streaming text), `buckets` (prompt padding), `memory` (fit check), `results` (Completion).
+The paged continuous-batching generator: `rollout_engine` (RolloutEngine: generate, submit/step/collect,
+and `start` -> `engine_session.EngineSession`, multi-turn with Session's interface), `paged_cache`,
+`paged_device`, `scheduler`.
 """
 
 from reasoner.sampling.params import SamplingParams

@@ -73,9 +73,16 @@ class EngineSession:
                 raise ValueError(f"session of {B} rows up to max_len={max_len} needs {need} blocks; the pool has "
                                  f"{engine.fixed_blocks - 1}")
         engine.sched.queue.extend(reqs)
-        engine._admit()
-        if engine.sched.queue:  # cannot happen: the slots and the pool were sized for every row
-            raise RuntimeError(f"start: {len(engine.sched.queue)} of {len(reqs)} prompts found no room")
+        try:
+            engine._admit()
+            if engine.sched.queue:  # cannot happen: the slots and the pool were sized for every row
+                raise RuntimeError(f"start: {len(engine.sched.queue)} of {len(reqs)} prompts found no room")
+        except BaseException:  # leave the engine idle, not holding rows that no session owns
+            engine.sched.queue.clear()
+            for slot in list(engine.sched.rows):
+                engine.sched.finish_row(slot)
+            engine.state = None
+            raise
         self.engine, self.params, self.n, self.reserve, self.max_len = engine, params, n, reserve, max_len
         self.requests = reqs
         self.slot_of = np.zeros(B, np.int64)

@@ -93,8 +93,8 @@ class Scheduler:
 
     @property
     def active(self) -> list[int]:
-        """Slots of the rows decoding now (every row but the parked ones), ascending."""
-        return sorted(s for s in self.rows if s not in self.parked)
+        """Slots of the rows decoding now (every row but the parked ones), in admission order."""
+        return [s for s in self.rows if s not in self.parked]
 
     @property
     def free_slots(self) -> list[int]:
@@ -149,9 +149,10 @@ class Scheduler:
     def step_slots(self) -> np.ndarray:
         """The slots a decode chunk runs: every running one, padded with idle (done) slots to a batch bucket
         (`buckets.batch_bucket`, at most all slots), distinct so that writing the chunk's results back is
-        unambiguous. Free slots pad first, then parked ones (done too: the chunk changes nothing of theirs that
-        is read again, see `paged_device.decode_chunk`)."""
-        running = self.active
+        unambiguous. Free slots pad first, then parked ones: done, so a step changes nothing of theirs but the
+        key/value of their pending token at their length, a position at or past their history's end that the next
+        `extend` overwrites or no query reads (attention never reads past the query's position)."""
+        running = sorted(self.active)
         size = batch_bucket(max(len(running), 1), cap=self.slots)
         idle = [s for s in range(self.slots) if s not in self.rows] + sorted(self.parked)
         return np.asarray(running + idle[:size - len(running)], np.int32)
