@@ -75,7 +75,9 @@ def test_rows_keep_their_slots_until_close_and_the_engine_refuses_other_work(sma
     engine = RolloutEngine(small_vocab_model, slots=4, block_size=4, chunk_steps=2)
     params = SamplingParams(max_new_tokens=3, temperature=0.0, n=2, eos_ids=())
     session = engine.start([[1, 2, 3, 4, 5], [6, 7]], params, max_len=24, reserve=8)
-    first = session.run()
+    progress: list[int] = []
+    first = session.run(on_chunk=progress.append, chunk_steps=1)
+    assert sum(progress) == 4 * 3 and len(progress) > 4  # new tokens per row, reported chunk by chunk
     # each row holds its slot and its blocks for max_len=24 positions: 6 blocks, a 5-token prompt's first shared
     assert sorted(engine.sched.parked) == [0, 1, 2, 3]
     assert engine.sched.alloc.num_blocks - 1 - engine.sched.alloc.free == (1 + 2 * 5) + 2 * 6
