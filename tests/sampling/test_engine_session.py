@@ -8,7 +8,7 @@ import gc
 import numpy as np
 import pytest
 
-from reasoner.sampling import Sampler, SamplingParams
+from reasoner.sampling import Sampler, SamplingParams, paged_device
 from reasoner.sampling.rollout_engine import RolloutEngine
 from tests.sampling.conftest import teacher_forced_logits
 from tests.sampling.test_sampling_continuation import _stop_string_from
@@ -91,6 +91,10 @@ def test_rows_keep_their_slots_until_close_and_the_engine_refuses_other_work(sma
     assert [c.tokens.tolist() for c in ref.run()] == [c.tokens.tolist() for c in first]
     ref.extend({3: [9, 9]}, max_new_tokens=2)
     assert ref.run()[0].tokens.tolist() == again.tokens.tolist()
+    compiled = paged_device.extend_slots._cache_size()
+    session.extend({2: [9]}, max_new_tokens=2)  # another row and length, the same (A, C, J) bucket
+    session.run()
+    assert paged_device.extend_slots._cache_size() == compiled
     session.close()
     session.close()  # idempotent
     with pytest.raises(RuntimeError, match="run: this session is closed"):
