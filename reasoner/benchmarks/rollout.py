@@ -15,10 +15,17 @@ RL rollouts, where most completions are short and a few run to the cap.
   - hf: `model.generate(num_return_sequences=samples, max_new_tokens=max budget, do_sample=True)`, left
     padded, the same way: transformers has no per-row budget either.
 
-Throughput counts the useful tokens (the sum of the budgets) for all three, over the wall time of the
-whole workload; medians of `--repeats` after one warm-up call of the same workload (compilation on our
-side). Each system runs in its own fresh child process (this module with `--child`), so its peak memory
-is its own: `peak_mem_*_mb` is the child's peak RSS (VmHWM, reset after loading the model) over its RSS
+  - serve_engine / serve_static: the same rows as 256 chat requests (n = 1, `max_tokens` = the row's budget,
+    temperature 1, unseeded) from `--clients` (16) concurrent official `openai` clients against `reasoner serve`
+    in the same process (`build_server(..., max_batch=clients)`), `--engine paged` (the continuous `EngineLoop`)
+    or static (the `Batcher`: requests arriving within 20 ms share a batch that decodes to its longest row). Each
+    client sends its next request when its answer comes back. A row here may end early at EOS (the API has no
+    switch to ignore it), so their throughput counts the completion tokens the server reports (`usage`).
+
+Throughput counts the useful tokens (the sum of the budgets; for the serve systems, the completion tokens) over
+the wall time of the whole workload; medians of `--repeats` after warm-up calls of the same workload (compilation on
+our side: one, or more until a call compiles nothing new; `warmup_passes_*`). Each system runs in its own fresh child
+process (this module with `--child`), so its peak memory is its own: `peak_mem_*_mb` is the child's peak RSS (VmHWM, reset after loading the model) over its RSS
 after loading (KV cache, activations, XLA temporaries and compilation included); `kv_cache_*_mb` is the
 cache alone.
 """
@@ -55,7 +62,8 @@ def register(subparsers) -> None:
                         "GRPO step submits them)")
     p.add_argument("--chunk-steps", type=int, default=4, help="engine decode steps between host checks")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--systems", default="engine,static,hf")
+    p.add_argument("--systems", default="engine,static,hf,serve_engine,serve_static")
+    p.add_argument("--clients", type=int, default=16, help="concurrent clients of the serve systems")
     p.add_argument("--small", action="store_true", help="quick run: 8 prompts, mean 8, cap 24, 1 repeat")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=run)
@@ -104,7 +112,12 @@ def child(spec: dict) -> dict:
     G, longest = spec["samples"], max(max(b) for b in plan)
     useful = sum(sum(b) for b in plan)
     system = spec["system"]
-    if system in ("engine", "static"):
+    if system.startswith("serve_"):
+        from reasoner.models.loading import load_model
+
+        engine = "paged" if system == "serve_engine" else "static"
+        go, kv, close = _serve(load_model(path), tokenizer, prompts, plan, engine=engine, clients=spec["clients"])
+    elif system in ("engine", "static"):
         from reasoner.models.loading import load_model
         from reasoner.sampling import Sampler, SamplingParams
         from reasoner.sampling.memory import estimate_bytes
@@ -158,15 +171,76 @@ def child(spec: dict) -> dict:
         kv = lambda: per_token * len(prompts) * G * (width + longest)  # noqa: E731
     _reset_peak_rss()
     base_kb = _status_kb("VmRSS")
-    go()  # warm-up: compilation on our side
-    times = []
+    warmup_passes = _warm_up(go)
+    times, tokens = [], []
     for _ in range(spec["repeats"]):
         t = time.perf_counter()
-        go()
+        got = go()
         times.append(time.perf_counter() - t)
+        tokens.append(useful if got is None else got)
     peak_kb = _status_kb("VmHWM")
+    if system.startswith("serve_"):
+        close()
     return {"times_s": times, "peak_mem_mb": round((peak_kb - base_kb) / 1024, 1),
-            "kv_cache_mb": round(kv() / 2**20, 1), "tokens": useful}
+            "kv_cache_mb": round(kv() / 2**20, 1), "tokens": tokens, "warmup_passes": warmup_passes}
+
+
+def _warm_up(go, *, most: int = 6) -> int:
+    """Runs the workload until one pass lowers no new program (compilation on our side: the serve systems meet new
+    batch / length buckets for a few passes, as requests arrive in another order each time), at most `most`
+    passes; returns how many ran."""
+    import jax
+
+    lowered = [0]
+
+    def count(event: str, _secs: float, **_kw) -> None:
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            lowered[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(count)
+    for passes in range(1, most + 1):
+        before = lowered[0]
+        go()
+        if lowered[0] == before:
+            break
+    return passes
+
+
+def _serve(model, tokenizer, prompts, plan, *, engine: str, clients: int):
+    """A server in this process and `clients` threads of `openai` clients; returns (go, kv bytes, close)."""
+    import concurrent.futures
+    import threading
+
+    from openai import OpenAI
+
+    from reasoner.sampling.buckets import bucket_length
+    from reasoner.serve import build_server
+
+    messages = [[{"role": "user", "content": f"Question {i}. " + QUESTIONS[i % len(QUESTIONS)]}]
+                for i in range(len(prompts))]
+    work = [(messages[i], b) for i, row in enumerate(plan) for b in row]
+    max_len = bucket_length(max(len(p) for p in prompts) + max(max(r) for r in plan))
+    server = build_server(model, tokenizer, model_name="bench", port=0, max_batch=clients, max_len=max_len,
+                          engine=engine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=1800)
+
+    def ask(item):
+        msgs, budget = item
+        out = client.chat.completions.create(model="bench", messages=msgs, temperature=1.0, max_tokens=budget)
+        return out.usage.completion_tokens
+
+    def go():
+        with concurrent.futures.ThreadPoolExecutor(max_workers=clients) as pool:
+            return sum(pool.map(ask, work))
+
+    def kv():
+        if engine == "paged":
+            return server.service.batcher.engine.kv_bytes
+        cfg = model.cfg
+        return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4 * clients * max_len
+
+    return go, kv, lambda: server.close_gracefully(timeout=60)
 
 
 def _run_child(spec: dict) -> dict:
@@ -187,23 +261,27 @@ def run(args) -> int:
         raise SystemExit(f"--slots {args.slots}: expected 0 (prompts x samples) or at least --samples {args.samples}")
     args.slots = args.slots or args.prompts * args.samples
     spec = {"model": args.model, "prompts": args.prompts, "samples": args.samples, "budgets": plan,
-            "slots": args.slots, "chunk_steps": args.chunk_steps, "repeats": args.repeats}
+            "slots": args.slots, "chunk_steps": args.chunk_steps, "repeats": args.repeats, "clients": args.clients}
     row = {"prompts": args.prompts, "samples": args.samples, "mean_tokens": args.mean_tokens,
            "max_tokens": args.max_tokens, "longest_budget": max(max(b) for b in plan),
-           "useful_tokens": sum(sum(b) for b in plan), "slots": args.slots, "repeats": args.repeats}
+           "useful_tokens": sum(sum(b) for b in plan), "slots": args.slots, "repeats": args.repeats,
+           "clients": args.clients}
     results = {}
     for system in args.systems.split(","):
         res = _run_child({**spec, "system": system})
         results[system] = res
-        row[f"{system}_tok_s"] = round(res["tokens"] / statistics.median(res["times_s"]), 2)
+        row[f"{system}_tok_s"] = round(statistics.median(n / t for n, t in zip(res["tokens"], res["times_s"])), 2)
         row[f"peak_mem_{system}_mb"] = res["peak_mem_mb"]
         row[f"kv_cache_{system}_mb"] = res["kv_cache_mb"]
+        row[f"warmup_passes_{system}"] = res["warmup_passes"]
         if not args.json:
             row[f"{system}_s"] = [round(t, 2) for t in res["times_s"]]
     if "engine" in results and "static" in results:
         row["ratio_vs_static"] = round(row["engine_tok_s"] / row["static_tok_s"], 3)
     if "engine" in results and "hf" in results:
         row["ratio_vs_hf"] = round(row["engine_tok_s"] / row["hf_tok_s"], 3)
+    if "serve_engine" in results and "serve_static" in results:
+        row["serve_ratio_vs_static"] = round(row["serve_engine_tok_s"] / row["serve_static_tok_s"], 3)
     row["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(row), flush=True)
     return 0

@@ -24,8 +24,9 @@ def register(subparsers) -> None:
     p.add_argument("--default-max-tokens", type=int, default=512, help="max_tokens of a request that names none")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20)
     p.add_argument("--engine", default="static", choices=("static", "paged"),
-                   help="static: the jitted sampler, one setting per batch; paged: the continuous-batching engine "
-                        "(per-request budgets, stops and seeds; streamed text arrives when a row ends)")
+                   help="static: the jitted sampler, requests arriving within --batch-wait-ms share a batch that "
+                        "decodes to its longest row; paged: the continuous-batching engine (a request joins the "
+                        "running rows within one decode chunk; per-request budgets, stops and seeds)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="weights and activations")
     p.add_argument("--verbose", action="store_true", help="also log every HTTP request")
     p.set_defaults(func=run)

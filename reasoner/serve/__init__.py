@@ -8,8 +8,8 @@ Modules, bottom up: `protocol` (request validation, error bodies), `render` (cha
 tool calls), `backend` (the one interface to a generator: `Backend.generate(requests)`; `SamplerBackend` over
 `reasoner.sampling.Sampler`), `batcher` (requests arriving together -> shared batches, one log line each),
 `service` (chat.completion and chunk bodies), `http` (the threading HTTP server, SSE, graceful shutdown),
-`engine_backend` (the same interface over the continuous-batching engine), `model_source` (what `--model` may
-name).
+`engine_loop` (batcher and backend at once over the continuous-batching `RolloutEngine`: requests join the
+running rows between two decode chunks), `model_source` (what `--model` may name).
 """
 
 from __future__ import annotations
@@ -30,18 +30,19 @@ def build_server(model, tokenizer, *, model_name: str, host: str = "127.0.0.1", 
     max_batch: rows (samples, counting n) decoded together; batch_wait_ms: how long a batch collects requests;
     max_len: cache slots per row (prompt + max_tokens must fit); port 0 picks a free port (see `server.url`);
     engine: "static" (`reasoner.sampling.Sampler`) or "paged" (the continuous-batching `RolloutEngine`)."""
-    if backend is None and engine == "static":
-        from reasoner.sampling import Sampler
+    if backend is None and engine == "paged":
+        from reasoner.serve.engine_loop import EngineLoop, server_engine
 
-        backend = SamplerBackend(Sampler(model, tokenizer), max_len=max_len)
-    elif backend is None and engine == "paged":
-        from reasoner.sampling.rollout_engine import RolloutEngine
-        from reasoner.serve.engine_backend import EngineBackend
-
-        backend = EngineBackend(RolloutEngine(model, tokenizer, slots=max_batch, max_len=max_len), max_len=max_len)
-    elif backend is None:
+        loop = EngineLoop(lambda: server_engine(model, tokenizer, slots=max_batch, max_len=max_len), max_len=max_len)
+        backend, batcher = loop, loop
+    elif engine not in ("static", "paged"):
         raise ValueError(f"engine={engine!r}: expected 'static' or 'paged'")
-    batcher = Batcher(backend, max_rows=max_batch, wait_s=batch_wait_ms / 1000.0)
+    else:
+        if backend is None:
+            from reasoner.sampling import Sampler
+
+            backend = SamplerBackend(Sampler(model, tokenizer), max_len=max_len)
+        batcher = Batcher(backend, max_rows=max_batch, wait_s=batch_wait_ms / 1000.0)
     service = ChatService(backend, tokenizer, batcher, model_name=model_name, default_max_tokens=default_max_tokens)
     try:
         return Server(service, host=host, port=port, max_body_bytes=max_body_bytes)

@@ -145,6 +145,7 @@ class Server(ThreadingHTTPServer):
     """The OpenAI-compatible server over a `ChatService` (see module docstring)."""
 
     daemon_threads = True  # idle keep-alive connections must not hold the process at exit
+    request_queue_size = 128  # the listen backlog (socketserver's default 5 dropped connections of 16 clients at once)
     allow_reuse_address = True
 
     def __init__(self, service: ChatService, *, host: str = "127.0.0.1", port: int = 8000,

@@ -1,7 +1,9 @@
 """`reasoner serve --engine paged`: the same wire answers over the continuous-batching engine (tiny decoder, fast),
-with per-request budgets and seeds inside one batch."""
+with per-request budgets and seeds side by side, a request arriving mid-flight joining the running rows and
+finishing first, streamed text arriving while rows decode, and a refused request failing alone."""
 
 import threading
+import time
 
 import pytest
 
@@ -34,21 +36,58 @@ def test_greedy_stream_and_seeded_samples_equal_the_static_sampler(paged_server,
     assert [c.message.content for c in out.choices] == [s.text for s in sampled]
 
 
-def test_requests_with_own_budgets_and_seeds_share_one_batch(paged_server, tiny_model, tokenizer):
+def _ask(client, answers, key, done_at, **kw):
+    answers[key] = client.chat.completions.create(model="m", messages=MESSAGES, temperature=1.0, **kw)
+    done_at[key] = time.monotonic()
+
+
+def test_a_short_request_arriving_mid_flight_joins_the_running_rows_and_finishes_first(paged_server, tiny_model,
+                                                                                         tokenizer):
     sampler = Sampler(tiny_model, tokenizer)
     prompt = chat_ids(tokenizer, MESSAGES)
-    asks = {"short": dict(max_tokens=3, seed=1), "long": dict(max_tokens=9, seed=2)}
-    answers = {}
-    before = len(paged_server.log.batches())
-    threads = [threading.Thread(target=lambda k=k, kw=kw: answers.__setitem__(k, paged_server.client.chat.completions
-                                .create(model="m", messages=MESSAGES, temperature=1.0, **kw))) for k, kw in asks.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert paged_server.log.batches()[before:][0].startswith("batch of 2 requests, 2 rows")
+    loop = paged_server.server.service.batcher
+    asks = {"long": dict(max_tokens=80, seed=2), "short": dict(max_tokens=3, seed=1)}
+    answers, done_at = {}, {}
+    steps = loop.steps
+    long = threading.Thread(target=_ask, args=(paged_server.client, answers, "long", done_at), kwargs=asks["long"])
+    long.start()
+    deadline = time.monotonic() + 120
+    while loop.steps < steps + 2 and long.is_alive() and time.monotonic() < deadline:  # the long one is decoding
+        time.sleep(0.01)
+    assert loop.steps >= steps + 2, "the long request did not start decoding"
+    _ask(paged_server.client, answers, "short", done_at, **asks["short"])
+    long.join(300)
+    # the static Batcher would have decoded the long request's batch to its end before starting the short one
+    assert done_at["short"] < done_at["long"] and loop.most_running >= 2
     for key, kw in asks.items():
         (want,) = sampler.generate([prompt], SamplingParams(temperature=1.0, seed=kw["seed"],
                                                             max_new_tokens=kw["max_tokens"]))
         assert answers[key].choices[0].message.content == want.text
         assert answers[key].usage.completion_tokens == kw["max_tokens"]
+
+
+def test_streamed_text_arrives_in_several_chunks_while_decoding(paged_server, tiny_model, tokenizer):
+    (greedy,) = Sampler(tiny_model, tokenizer).generate([chat_ids(tokenizer, MESSAGES)],
+                                                        SamplingParams(temperature=0.0, max_new_tokens=40))
+    chunks = list(paged_server.client.chat.completions.create(model="m", messages=MESSAGES, temperature=0,
+                                                              max_tokens=40, stream=True))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(pieces) == greedy.text
+    assert len(pieces) >= 3  # 40 tokens in chunks of 8 steps: text came before the row ended
+
+
+def test_a_request_the_engine_refuses_fails_alone(tiny_model, tokenizer):
+    from reasoner.serve.backend import GenRequest
+    from reasoner.serve.engine_loop import EngineLoop, server_engine
+
+    loop = EngineLoop(lambda: server_engine(tiny_model, tokenizer, slots=2, max_len=64), max_len=64)
+    try:
+        bad = loop.submit(GenRequest(prompt_ids=(10**6,), params=SamplingParams(max_new_tokens=4)))
+        good = loop.submit(GenRequest(prompt_ids=(5, 6, 7), params=SamplingParams(max_new_tokens=4, temperature=0.0)))
+        with pytest.raises(ValueError, match="vocabulary"):
+            bad.wait(60)
+        assert good.wait(120)[0].num_tokens == 4
+        with pytest.raises(ValueError, match="n=3"):
+            loop.submit(GenRequest(prompt_ids=(5,), params=SamplingParams(max_new_tokens=4, n=3)))
+    finally:
+        loop.close(60)
