@@ -31,17 +31,6 @@ from reasoner.agents.policies import TOOLS, Reply
 TOOL_CALL_END = "</tool_call>"
 
 
-def _on_one_device(model) -> bool:
-    """Whether every parameter of `model` lives on one device (the engine's block pool is not sharded)."""
-    import jax
-    from flax import nnx
-
-    devices = set()
-    for leaf in jax.tree.leaves(nnx.state(model)):
-        devices |= set(getattr(leaf, "devices", lambda: set())())
-    return len(devices) <= 1
-
-
 class SamplerPolicy:
     """Policy over our sampler: the paged `RolloutEngine` when the model is on one device, else the static
     `reasoner.sampling.Sampler` (sharded over `mesh`); their sessions draw the same tokens (tested).
@@ -58,11 +47,11 @@ class SamplerPolicy:
         import reasoner.sampling
         from reasoner.sampling import SamplingParams
 
-        if paged is None:
-            paged = mesh is None and _on_one_device(model)
-        if paged:
-            from reasoner.sampling import rollout_engine
+        from reasoner.sampling import rollout_engine
 
+        if paged is None:
+            paged = mesh is None and rollout_engine.on_one_device(model)
+        if paged:
             self.sampler = rollout_engine.RolloutEngine(model, tokenizer, slots=1, max_len=max_len, chunk_steps=16)
         else:
             self.sampler = reasoner.sampling.Sampler(model, tokenizer, mesh=mesh)

@@ -64,6 +64,8 @@ def register(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--systems", default="engine,static,hf,serve_engine,serve_static")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients of the serve systems")
+    p.add_argument("--max-warmups", type=int, default=4,
+                   help="warm-up passes at most (more run only while a pass still compiles new programs)")
     p.add_argument("--small", action="store_true", help="quick run: 8 prompts, mean 8, cap 24, 1 repeat")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=run)
@@ -171,7 +173,8 @@ def child(spec: dict) -> dict:
         kv = lambda: per_token * len(prompts) * G * (width + longest)  # noqa: E731
     _reset_peak_rss()
     base_kb = _status_kb("VmRSS")
-    warmup_passes = _warm_up(go)
+    warmup_passes, lowered = _warm_up(go, most=spec["max_warmups"])
+    after_warm_up = lowered[0]
     times, tokens = [], []
     for _ in range(spec["repeats"]):
         t = time.perf_counter()
@@ -182,13 +185,14 @@ def child(spec: dict) -> dict:
     if system.startswith("serve_"):
         close()
     return {"times_s": times, "peak_mem_mb": round((peak_kb - base_kb) / 1024, 1),
-            "kv_cache_mb": round(kv() / 2**20, 1), "tokens": tokens, "warmup_passes": warmup_passes}
+            "kv_cache_mb": round(kv() / 2**20, 1), "tokens": tokens, "warmup_passes": warmup_passes,
+            "compiles_timed": lowered[0] - after_warm_up}
 
 
-def _warm_up(go, *, most: int = 6) -> int:
+def _warm_up(go, *, most: int = 4) -> tuple[int, list[int]]:
     """Runs the workload until one pass lowers no new program (compilation on our side: the serve systems meet new
     batch / length buckets for a few passes, as requests arrive in another order each time), at most `most`
-    passes; returns how many ran."""
+    passes; returns how many ran and the (still counting) number of programs lowered."""
     import jax
 
     lowered = [0]
@@ -203,7 +207,7 @@ def _warm_up(go, *, most: int = 6) -> int:
         go()
         if lowered[0] == before:
             break
-    return passes
+    return passes, lowered
 
 
 def _serve(model, tokenizer, prompts, plan, *, engine: str, clients: int):
@@ -261,19 +265,25 @@ def run(args) -> int:
         raise SystemExit(f"--slots {args.slots}: expected 0 (prompts x samples) or at least --samples {args.samples}")
     args.slots = args.slots or args.prompts * args.samples
     spec = {"model": args.model, "prompts": args.prompts, "samples": args.samples, "budgets": plan,
-            "slots": args.slots, "chunk_steps": args.chunk_steps, "repeats": args.repeats, "clients": args.clients}
+            "slots": args.slots, "chunk_steps": args.chunk_steps, "repeats": args.repeats, "clients": args.clients,
+            "max_warmups": args.max_warmups}
     row = {"prompts": args.prompts, "samples": args.samples, "mean_tokens": args.mean_tokens,
            "max_tokens": args.max_tokens, "longest_budget": max(max(b) for b in plan),
            "useful_tokens": sum(sum(b) for b in plan), "slots": args.slots, "repeats": args.repeats,
            "clients": args.clients}
     results = {}
     for system in args.systems.split(","):
-        res = _run_child({**spec, "system": system})
+        try:
+            res = _run_child({**spec, "system": system})
+        except RuntimeError as err:  # one system failing (e.g. out of memory) leaves the others' figures
+            row[f"{system}_error"] = " ".join(str(err).split())[-400:]
+            continue
         results[system] = res
         row[f"{system}_tok_s"] = round(statistics.median(n / t for n, t in zip(res["tokens"], res["times_s"])), 2)
         row[f"peak_mem_{system}_mb"] = res["peak_mem_mb"]
         row[f"kv_cache_{system}_mb"] = res["kv_cache_mb"]
         row[f"warmup_passes_{system}"] = res["warmup_passes"]
+        row[f"compiles_timed_{system}"] = res["compiles_timed"]
         if not args.json:
             row[f"{system}_s"] = [round(t, 2) for t in res["times_s"]]
     if "engine" in results and "static" in results:

@@ -1,9 +1,15 @@
 """`reasoner serve --model M [--host 127.0.0.1] [--port 8000] [--max-batch 16] [--batch-wait-ms 20] [--max-len N]`.
 
-An OpenAI-compatible server (`/v1/models`, `/v1/chat/completions`) over the jitted sampler; see
-`reasoner.serve`. Logs to stderr: the URL once listening, one line per decoded batch
-(`batch of K requests, R rows: T tokens in S s`), and `shut down` after SIGTERM/SIGINT, which stop accepting,
-finish the queued requests and exit 0.
+An OpenAI-compatible server (`/v1/models`, `/v1/chat/completions`) over the continuous-batching rollout engine
+(`--engine paged`, the default) or the static sampler (`--engine static`); see `reasoner.serve`. Logs to stderr: the
+URL once listening, one line per finished request (`request of R rows: T tokens in S s`; static: one per decoded
+batch, `batch of K requests, R rows: ...`), and `shut down` after SIGTERM/SIGINT, which stop accepting, finish the
+queued requests and exit 0.
+
+Why paged by default: requests of a server end at different lengths and arrive at any time; the engine admits each
+between two decode chunks and compiles a bounded set of shapes (batch and length buckets), where the static sampler
+compiles one program per batch size and token budget it meets (`reasoner bench rollout`'s serve workload, 16 clients
+with long-tailed budgets, exhausted its memory compiling).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ def register(subparsers) -> None:
                    help="cache slots per row, prompt + completion (default: min(2048, the model's positions))")
     p.add_argument("--default-max-tokens", type=int, default=512, help="max_tokens of a request that names none")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20)
-    p.add_argument("--engine", default="static", choices=("static", "paged"),
+    p.add_argument("--engine", default="paged", choices=("static", "paged"),
                    help="static: the jitted sampler, requests arriving within --batch-wait-ms share a batch that "
                         "decodes to its longest row; paged: the continuous-batching engine (a request joins the "
                         "running rows within one decode chunk; per-request budgets, stops and seeds)")

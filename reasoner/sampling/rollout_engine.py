@@ -71,6 +71,15 @@ def _pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
+def on_one_device(model) -> bool:
+    """Whether every parameter of `model` lives on one device: where the engine can run it (its block pool is not
+    sharded; a sharded model keeps the static `Sampler`)."""
+    devices = set()
+    for leaf in jax.tree.leaves(nnx.state(model)):
+        devices |= set(getattr(leaf, "devices", lambda: set())())
+    return len(devices) <= 1
+
+
 class RolloutEngine:
     """Continuous-batching generation over one model (any `Decoder`, with or without LoRA).
 

@@ -18,8 +18,9 @@ that finds free slots always finds its blocks and memory never grows while servi
 
 Errors: a request the engine refuses fails alone (the handler answers 500 with the reason); an exception inside a
 step fails the requests then in the engine, which is rebuilt, and the worker goes on. `close()` stops taking jobs,
-finishes the queued and running ones, and joins the worker. Every 10 s of work the log gets one line: running rows,
-queued requests, tokens per second since the last line.
+finishes the queued and running ones, and joins the worker. The log gets a line per finished request
+(`request of R rows: T tokens in S s`, from its submission) and, every 10 s of work, one with the running rows,
+queued requests and tokens per second since the last such line.
 """
 
 from __future__ import annotations
@@ -113,8 +114,8 @@ class EngineLoop:
                 job, began = self._live.pop(rid)
                 tokens = sum(c.num_tokens for c in completions)
                 window_tokens += tokens
-                log.debug("request of %d rows: %d tokens in %.2f s", len(completions), tokens,
-                          time.monotonic() - began)
+                log.info("request of %d rows: %d tokens in %.2f s", len(completions), tokens,
+                         time.monotonic() - began)
                 job.finish(result=list(completions))
             now = time.monotonic()
             if now - window_start >= STATS_EVERY_S:

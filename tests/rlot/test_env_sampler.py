@@ -57,3 +57,17 @@ def test_smollm2_batched_episodes_equal_single_runs(smollm2, tokenizer):
         env1, _ = _run(SamplerLM(smollm2, tokenizer, max_new_tokens=16, max_len=1024), problems[i:i + 1],
                        script[i:i + 1])
         assert _key(env1.episodes[0]) == _key(env2.episodes[i]), i
+
+
+def test_the_engine_and_the_static_sampler_give_the_same_generations(tiny_model, tokenizer):
+    """`SamplerLM` takes the paged engine on one device; greedy stages (with repeated prompts, deduplicated) and
+    sampled ones (k per prompt, seeded) return what the static sampler returns, token counts included."""
+    prompts = [p.question for p in PROBLEMS[:5]] + [PROBLEMS[0].question]
+    engine = SamplerLM(tiny_model, tokenizer, max_new_tokens=12, max_len=256, temperature=0.0)
+    static = SamplerLM(tiny_model, tokenizer, max_new_tokens=12, max_len=256, temperature=0.0, paged=False)
+    assert engine.paged and not static.paged
+    assert engine.generate(prompts) == static.generate(prompts)
+    sampled = dict(samples=3, temperature=1.0, seed=7, max_new_tokens=8)
+    a, b = engine.generate(prompts[:3], **sampled), static.generate(prompts[:3], **sampled)
+    assert a == b and len({g.text for g in a}) > 1
+    assert (engine.prompt_tokens, engine.completion_tokens) == (static.prompt_tokens, static.completion_tokens)

@@ -79,7 +79,7 @@ def test_serves_an_export_and_finishes_in_flight_work_on_sigterm(export_dir, tok
     assert late["answer"].usage.completion_tokens == 40  # the request in flight was answered before exit
     assert any("SIGTERM: finishing queued requests" in line for line in lines)
     assert lines[-1].endswith("shut down")
-    assert any(re.search(r"batch of 1 requests, 1 rows: 6 tokens", line) for line in lines)
+    assert any(re.search(r"request of 1 rows: 6 tokens", line) for line in lines)  # the paged engine, the default
 
 
 def test_bad_flags_fail_in_one_line_before_loading(capsys):

@@ -5,9 +5,12 @@
     outs = lm.generate(["prompt 1", "prompt 2"])                 # -> [Generation(text, prompt_tokens, ...)]
 
 Each prompt is one user message rendered with the model's chat template (generation prompt added).
-`SamplerLM.generate` is ONE `Sampler.generate` call for the whole list: prompts are padded into one batch and
-decoded together; identical prompts (the same problem's root evaluation in several episodes) are prefilled
-once and share their rows when decoding is greedy (greedy rows of one prompt are identical by construction).
+`SamplerLM.generate` is ONE `generate` call for the whole list, on the paged `RolloutEngine` when the model sits on
+one device (continuous batching: a stage's short answers free their slots for the rest instead of decoding to the
+longest answer's length; each row attends over its live blocks), else on the static `Sampler` (prompts padded into
+one batch). Both draw the same tokens from the same keys (tested). Identical prompts (the same problem's root
+evaluation in several episodes) are prefilled once and share their rows when decoding is greedy (greedy rows of one
+prompt are identical by construction).
 `calls` counts `generate` calls; `prompt_tokens` / `completion_tokens` sum what was sent and produced.
 """
 
@@ -39,13 +42,18 @@ class SamplerLM:
     max_len: cache slots per row, the same for every call (one decode compile per batch size, not one per
       prompt length); prompts longer than `max_len - max_new_tokens` keep their last tokens
     (the problem text comes first, so this only happens on runaway thoughts) and are counted in `truncated`.
+    paged: None (the engine when the model is on one device), True or False. slots: the engine's decode slots (a
+      larger stage queues for them).
     """
 
     def __init__(self, model, tokenizer, *, max_new_tokens: int = 256, temperature: float = 0.0, seed: int = 0,
-                 max_len: int = 4096, system: str | None = None):
+                 max_len: int = 4096, system: str | None = None, paged: bool | None = None, slots: int = 64):
         from reasoner.sampling import Sampler
+        from reasoner.sampling.rollout_engine import RolloutEngine, on_one_device
 
-        self.sampler = Sampler(model, tokenizer)
+        self.paged = on_one_device(model) if paged is None else bool(paged)
+        self.sampler = (RolloutEngine(model, tokenizer, slots=slots, max_len=max_len) if self.paged
+                        else Sampler(model, tokenizer))
         self.tokenizer = tokenizer
         self.max_new_tokens, self.temperature, self.seed = int(max_new_tokens), float(temperature), int(seed)
         self.max_len, self.system = int(max_len), system
@@ -78,10 +86,12 @@ class SamplerLM:
         unique = list(dict.fromkeys(tuple(r) for r in ids)) if greedy else [tuple(r) for r in ids]
         params = SamplingParams(max_new_tokens=max_new, temperature=temperature,
                                 seed=self.seed if seed is None else int(seed))
-        # The batch is padded to a power of two with copies of its first prompt, so a run compiles a few
-        # batch shapes rather than one per stage size; the copies' outputs are dropped.
+        # The static sampler's batch is padded to a power of two with copies of its first prompt, so a run compiles
+        # a few batch shapes rather than one per stage size; the copies' outputs are dropped. The engine buckets
+        # its own batches.
         batch = [list(r) for r in unique]
-        batch += [batch[0]] * (bucket_length(len(batch), minimum=1) - len(batch))
+        if not self.paged:
+            batch += [batch[0]] * (bucket_length(len(batch), minimum=1) - len(batch))
         outs = self.sampler.generate(batch, params, max_len=self.max_len)[:len(unique)]
         self.calls += 1
         by_prompt = dict(zip(unique, outs)) if greedy else None
