@@ -207,3 +207,32 @@ def smollm2():
     from tests.models_shared import smollm2_path
 
     return load_model(str(smollm2_path()))
+
+
+# Each compiled XLA:CPU executable holds ~6 memory mappings until it is freed, and a jitted function keeps every
+# executable it ever compiled: an xdist worker that runs half the suite in one process reached Linux's 65,530
+# mappings (vm.max_map_count) and segfaulted inside `Executable.serialize` (2026-12-02, a fresh-clone CI run at
+# 75 %). Past a third of the limit, the in-memory caches are dropped between test modules; programs that come back
+# are loaded from the run's persistent compilation cache, not recompiled.
+_MAPS_BEFORE_CLEARING = 20_000
+
+
+def _mappings() -> int:
+    try:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    except OSError:  # not Linux
+        return 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _bounded_executables():
+    yield
+    import sys
+
+    if "jax" in sys.modules and (held := _mappings()) > _MAPS_BEFORE_CLEARING:
+        import warnings
+
+        sys.modules["jax"].clear_caches()
+        warnings.warn(f"{held} memory mappings after this module: jax.clear_caches() (now {_mappings()})",
+                      stacklevel=1)

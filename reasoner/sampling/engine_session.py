@@ -151,33 +151,11 @@ class EngineSession:
         """Appends token ids to finished rows and starts their next turn (run() decodes it): the ids are written
         after each row's history in one paged forward; the rows' first new tokens are drawn from the last appended
         token's logits."""
-        self._check_open("extend")
-        if self.active.any():
-            raise RuntimeError("extend: the current turn is still running; call run() first")
-        if self.reserve < 1:
-            raise ValueError("extend: this session has no scratch slots; start it with reserve >= 1")
-        if not appends:
-            raise ValueError("extend: expected at least one {row: token ids} entry")
-        N = max_new_tokens if max_new_tokens is not None else self.params.max_new_tokens
-        if isinstance(N, bool) or not isinstance(N, int) or N < 1:
-            raise ValueError(f"max_new_tokens={N!r}: expected an int >= 1")
-        V = self.engine.cfg.vocab_size
-        pieces: dict[int, list[int]] = {}
-        for b, ids in appends.items():
-            if not 0 <= b < self.batch:
-                raise ValueError(f"extend: row {b} outside the batch of {self.batch} rows")
-            ids = [int(t) for t in ids]
-            if not ids:
-                raise ValueError(f"extend: row {b}: empty append (expected at least one token)")
-            if any(t < 0 or t >= V for t in ids):
-                raise ValueError(f"extend: row {b}: token id outside the vocabulary of size {V}")
-            index = len(self.history[b]) - 1  # the cache holds the history but its last drawn token
-            # The row's last drawn token was never written to the cache: it goes first.
-            pieces[b] = [self.history[b][-1]] + ids
-            if index + len(pieces[b]) >= self.max_len:
-                raise ValueError(
-                    f"extend: row {b}: {len(ids)} appended tokens overflow the cache ({index + 1} of {self.max_len} "
-                    f"slots used; at least one slot must stay free)")
+        from reasoner.sampling.session import checked_appends
+
+        index = [len(h) - 1 for h in self.history]  # the cache holds the history but its last drawn token
+        N, pieces = checked_appends(self, appends, max_new_tokens, vocab_size=self.engine.cfg.vocab_size, index=index,
+                                    max_len=self.max_len)
         slot = {b: int(self.slot_of[b]) for b in pieces}
         self.engine._continue({slot[b]: p for b, p in pieces.items()},
                               {slot[b]: len(self.history[b]) - 1 for b in pieces}, N)

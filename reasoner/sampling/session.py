@@ -238,32 +238,9 @@ class Session:
         tokens; the rows' first new tokens are drawn from the last appended token's logits.
         """
         self._check_open("extend")
-        if self.active.any():
-            raise RuntimeError("extend: the current turn is still running; call run() first")
-        if self.reserve < 1:
-            raise ValueError("extend: this session has no scratch slots; start it with reserve >= 1")
-        if not appends:
-            raise ValueError("extend: expected at least one {row: token ids} entry")
-        N = max_new_tokens if max_new_tokens is not None else self.params.max_new_tokens
-        if isinstance(N, bool) or not isinstance(N, int) or N < 1:
-            raise ValueError(f"max_new_tokens={N!r}: expected an int >= 1")
-        max_len, V = self.state.max_len, self.sampler.cfg.vocab_size
         index = np.asarray(host_get(self.state.cache.index_B), np.int64)
-        pieces: dict[int, list[int]] = {}
-        for b, ids in appends.items():
-            if not 0 <= b < self.batch:
-                raise ValueError(f"extend: row {b} outside the batch of {self.batch} rows")
-            ids = [int(t) for t in ids]
-            if not ids:
-                raise ValueError(f"extend: row {b}: empty append (expected at least one token)")
-            if any(t < 0 or t >= V for t in ids):
-                raise ValueError(f"extend: row {b}: token id outside the vocabulary of size {V}")
-            # The row's last drawn token was never written to the cache: it goes first.
-            pieces[b] = [self.history[b][-1]] + ids
-            if index[b] + len(pieces[b]) >= max_len:
-                raise ValueError(
-                    f"extend: row {b}: {len(ids)} appended tokens overflow the cache ({index[b] + 1} of {max_len} "
-                    f"slots used; at least one slot must stay free)")
+        N, pieces = checked_appends(self, appends, max_new_tokens, vocab_size=self.sampler.cfg.vocab_size,
+                                    index=index, max_len=self.state.max_len)
         calls = max(-(-len(p) // self.reserve) for p in pieces.values())
         B = self.batch
         for i in range(calls):
@@ -301,3 +278,34 @@ class Session:
         if self.state is None:
             raise RuntimeError(f"{what}: this session is closed")
 
+
+def checked_appends(session, appends: Mapping[int, Sequence[int]], max_new_tokens: int | None, *, vocab_size: int,
+                    index, max_len: int) -> tuple[int, dict[int, list[int]]]:
+    """The checks of `extend`, shared by `Session` and the engine's `EngineSession`: returns the next turn's budget
+    and, per row, the tokens to write (its last drawn token, never in the cache, then the appended ids).
+    index[b]: positions row b's cache holds; max_len: positions per row (one must stay free)."""
+    session._check_open("extend")
+    if session.active.any():
+        raise RuntimeError("extend: the current turn is still running; call run() first")
+    if session.reserve < 1:
+        raise ValueError("extend: this session has no scratch slots; start it with reserve >= 1")
+    if not appends:
+        raise ValueError("extend: expected at least one {row: token ids} entry")
+    N = max_new_tokens if max_new_tokens is not None else session.params.max_new_tokens
+    if isinstance(N, bool) or not isinstance(N, int) or N < 1:
+        raise ValueError(f"max_new_tokens={N!r}: expected an int >= 1")
+    pieces: dict[int, list[int]] = {}
+    for b, ids in appends.items():
+        if not 0 <= b < session.batch:
+            raise ValueError(f"extend: row {b} outside the batch of {session.batch} rows")
+        ids = [int(t) for t in ids]
+        if not ids:
+            raise ValueError(f"extend: row {b}: empty append (expected at least one token)")
+        if any(t < 0 or t >= vocab_size for t in ids):
+            raise ValueError(f"extend: row {b}: token id outside the vocabulary of size {vocab_size}")
+        pieces[b] = [session.history[b][-1]] + ids
+        if index[b] + len(pieces[b]) >= max_len:
+            raise ValueError(
+                f"extend: row {b}: {len(ids)} appended tokens overflow the cache ({index[b] + 1} of {max_len} "
+                f"slots used; at least one slot must stay free)")
+    return N, pieces

@@ -52,19 +52,22 @@ class Job:
         return self._result
 
 
-class Batcher:
-    """See module docstring. max_rows: rows (samples) per batch; wait_s: how long a batch stays open."""
+class JobQueue:
+    """What both workers share: handler threads `submit` jobs into a queue that one worker thread (`_run`) drains;
+    `close()` queues a sentinel, after which submissions are refused, and joins the worker once it has finished
+    the queued work. A subclass sets `max_rows` and calls `_start_worker`."""
 
-    def __init__(self, backend: Backend, *, max_rows: int, wait_s: float):
-        if max_rows < 1 or wait_s < 0:
-            raise ValueError(f"Batcher: max_rows={max_rows} (expected >= 1), wait_s={wait_s} (expected >= 0)")
-        self.backend, self.max_rows, self.wait_s = backend, int(max_rows), float(wait_s)
+    max_rows: int
+
+    def _start_worker(self, name: str) -> None:
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._closing = threading.Event()
         self._lock = threading.Lock()
-        self.batches = 0  # groups decoded so far (for tests and logs)
-        self._thread = threading.Thread(target=self._run, name="reasoner-serve-batcher", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+
+    def _run(self) -> None:
+        raise NotImplementedError
 
     def submit(self, request: GenRequest) -> Job:
         if request.rows > self.max_rows:
@@ -82,6 +85,17 @@ class Batcher:
                 self._closing.set()
                 self._queue.put(None)
         self._thread.join(timeout)
+
+
+class Batcher(JobQueue):
+    """See module docstring. max_rows: rows (samples) per batch; wait_s: how long a batch stays open."""
+
+    def __init__(self, backend: Backend, *, max_rows: int, wait_s: float):
+        if max_rows < 1 or wait_s < 0:
+            raise ValueError(f"Batcher: max_rows={max_rows} (expected >= 1), wait_s={wait_s} (expected >= 0)")
+        self.backend, self.max_rows, self.wait_s = backend, int(max_rows), float(wait_s)
+        self.batches = 0  # groups decoded so far (for tests and logs)
+        self._start_worker("reasoner-serve-batcher")
 
     def _collect(self, first: Job, carry: list[Job]) -> tuple[list[Job], bool]:
         """(jobs of this batch, whether the sentinel was seen); overflow goes to `carry`."""

@@ -28,18 +28,17 @@ from __future__ import annotations
 import logging
 import queue
 import secrets
-import threading
 import time
 from typing import Callable
 
 from reasoner.serve.backend import GenRequest
-from reasoner.serve.batcher import Job, ServerClosing
+from reasoner.serve.batcher import Job, JobQueue
 
 log = logging.getLogger("reasoner.serve")
 STATS_EVERY_S = 10.0
 
 
-class EngineLoop:
+class EngineLoop(JobQueue):
     """The server's batcher and backend over a `RolloutEngine` (see module docstring).
 
     make_engine: builds a fresh engine (at start, and after a failed step). max_len: positions per row (prompt +
@@ -56,30 +55,8 @@ class EngineLoop:
         self.max_rows = int(self.engine.slots)
         self.steps = 0  # engine iterations so far (tests, logs)
         self.most_running = 0  # the most requests that were in the engine at once
-        self._queue: queue.Queue[Job | None] = queue.Queue()
-        self._closing = threading.Event()
-        self._lock = threading.Lock()
         self._live: dict[int, tuple[Job, float]] = {}  # engine request id -> (job, submit time)
-        self._thread = threading.Thread(target=self._run, name="reasoner-serve-engine", daemon=True)
-        self._thread.start()
-
-    # ----------------------------------------------------------------------------- the batcher interface
-    def submit(self, request: GenRequest) -> Job:
-        if request.rows > self.max_rows:
-            raise ValueError(f"n={request.rows}: expected at most {self.max_rows} (the server's decode slots)")
-        job = Job(request)
-        with self._lock:  # no job slips in after close() has queued its sentinel
-            if self._closing.is_set():
-                raise ServerClosing("the server is shutting down")
-            self._queue.put(job)
-        return job
-
-    def close(self, timeout: float | None = None) -> None:
-        with self._lock:
-            if not self._closing.is_set():
-                self._closing.set()
-                self._queue.put(None)
-        self._thread.join(timeout)
+        self._start_worker("reasoner-serve-engine")
 
     # ---------------------------------------------------------------------------------------- the worker
     def _run(self) -> None:
