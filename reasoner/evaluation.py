@@ -191,14 +191,12 @@ def _sample(model, tokenizer, prompts: list[list[int]], settings: EvalSettings, 
     copies (one compile for every batch). The batch size is the largest, halving down to one prompt, whose cache
     the memory check admits (`sampling.memory.check_fits`: MemoryError on the host before anything runs; k-shot
     prompts are several times longer); the size used is reported (`generation.batch_size`)."""
-    import jax
-    from flax import nnx
     from tqdm import tqdm
 
     from reasoner.sampling import Sampler, SamplingParams
     from reasoner.sampling.buckets import bucket_length
     from reasoner.sampling.memory import check_fits
-    from reasoner.sampling.rollout_engine import RolloutEngine
+    from reasoner.sampling.rollout_engine import RolloutEngine, on_one_device
 
     params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                             top_p=settings.top_p, n=settings.num_samples, seed=settings.seed)
@@ -215,7 +213,6 @@ def _sample(model, tokenizer, prompts: list[list[int]], settings: EvalSettings, 
             if batch == 1:
                 raise
             batch = max(1, batch // 2)
-    one_device = len({d for leaf in jax.tree.leaves(nnx.state(model)) for d in leaf.devices()}) == 1
     texts: list[list[str]] = [[] for _ in prompts]
     reasons: Counter = Counter()
     tokens = 0
@@ -230,7 +227,7 @@ def _sample(model, tokenizer, prompts: list[list[int]], settings: EvalSettings, 
         bar.update(1)
 
     try:
-        if one_device:
+        if on_one_device(model):
             engine = RolloutEngine(model, tokenizer, slots=batch * settings.num_samples, max_len=max_len)
             ids = {engine.submit(p, params, prompt_index=i % batch): i for i, p in enumerate(prompts)}
             while ids:

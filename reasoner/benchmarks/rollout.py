@@ -25,7 +25,8 @@ RL rollouts, where most completions are short and a few run to the cap.
 Throughput counts the useful tokens (the sum of the budgets; for the serve systems, the completion tokens) over
 the wall time of the whole workload; medians of `--repeats` after warm-up calls of the same workload (compilation on
 our side: one, or more until a call compiles nothing new; `warmup_passes_*`). Each system runs in its own fresh child
-process (this module with `--child`), so its peak memory is its own: `peak_mem_*_mb` is the child's peak RSS (VmHWM, reset after loading the model) over its RSS
+process (this module with `--child`), so its peak memory is its own: `peak_mem_*_mb` is the child's peak RSS (VmHWM,
+reset after loading the model) over its RSS
 after loading (KV cache, activations, XLA temporaries and compilation included); `kv_cache_*_mb` is the
 cache alone.
 """
@@ -79,11 +80,15 @@ def budgets(*, prompts: int, samples: int, mean: float, cap: int, seed: int = 0)
     return np.minimum(draws, cap).astype(int).tolist()
 
 
+def chats(prompts: int) -> list[list[dict]]:
+    """The workload's chat of each prompt: one user message."""
+    return [[{"role": "user", "content": f"Question {i}. " + QUESTIONS[i % len(QUESTIONS)]}] for i in range(prompts)]
+
+
 def workload(tokenizer, *, prompts: int) -> list[list[int]]:
     from reasoner.tokenization import chat_ids
 
-    return [chat_ids(tokenizer, [{"role": "user", "content": f"Question {i}. " + QUESTIONS[i % len(QUESTIONS)]}])
-            for i in range(prompts)]
+    return [chat_ids(tokenizer, messages) for messages in chats(prompts)]
 
 
 def _status_kb(field: str) -> int:
@@ -220,8 +225,7 @@ def _serve(model, tokenizer, prompts, plan, *, engine: str, clients: int):
     from reasoner.sampling.buckets import bucket_length
     from reasoner.serve import build_server
 
-    messages = [[{"role": "user", "content": f"Question {i}. " + QUESTIONS[i % len(QUESTIONS)]}]
-                for i in range(len(prompts))]
+    messages = chats(len(prompts))
     work = [(messages[i], b) for i, row in enumerate(plan) for b in row]
     max_len = bucket_length(max(len(p) for p in prompts) + max(max(r) for r in plan))
     server = build_server(model, tokenizer, model_name="bench", port=0, max_batch=clients, max_len=max_len,
