@@ -1,17 +1,8 @@
 """GRPO's validation pass and best checkpoint, its prompt-length limit, and the failure counts it logs.
 
 Validation (`config.train`, every `eval_every` generation steps and at the end, on the run's held-out prompts):
-  eval_temperature   0 = greedy (default); > 0 samples one completion per prompt (CEDAR App. C: T 0.7, top-p 0.95)
-  eval_top_p         nucleus mass of the sampled pass (1 = off)
-  eval_batch_prompts prompts per sampler call (the training sampler, current weights)
-  eval_rewards       names of `config.rewards` (their `as`) scored in validation, () = all; e.g. ("correctness",)
-                     leaves the judged terms out of checkpoint selection, as the paper selects by correctness only
-  best_metric        "" = none; else "eval/reward" (the weighted total of the scored functions) or "eval/<name>":
-                     `workdir/best/` keeps the checkpoint with the HIGHEST value (mode "max": a reward)
-  export_best        with `export_dir`: export the best checkpoint instead of the final state (the final state
-                     when no evaluation has run)
-The pass reports `eval/reward`, `eval/count` and `eval/<name>` (the mean over held-out completions; a failed
-completion scores 0, as in training).
+its keys are documented on `EvalSettings`' fields. The pass reports `eval/reward`, `eval/count` and `eval/<name>` (the
+mean over held-out completions; a failed completion scores 0, as in training).
 
 Prompt length (`config.grpo`): `max_prompt_tokens` (0 = no limit) and `prompt_overflow`:
   "truncate_left"  keep the LAST max_prompt_tokens tokens of the chat-templated prompt (what TRL's GRPOTrainer
@@ -36,15 +27,25 @@ OVERFLOW = ("truncate_left", "drop")
 # ============================================================================================== settings
 @dataclasses.dataclass(frozen=True)
 class EvalSettings:
-    """The validation settings of `config.train` (module docstring); `from_config` checks them."""
+    """The validation settings of `config.train`, each field's key named first; `from_config` checks them."""
 
     every: int = 0
+    """`eval_every`: validate every this many generation steps and at the end; 0 = no validation."""
     temperature: float = 0.0
+    """`eval_temperature`: 0 = greedy; > 0 samples one completion per prompt (CEDAR App. C: T 0.7, top-p 0.95)."""
     top_p: float = 1.0
+    """`eval_top_p`: nucleus mass of the sampled pass (1 = off)."""
     batch_prompts: int = 8
+    """`eval_batch_prompts`: prompts per sampler call (the training sampler, current weights)."""
     rewards: tuple[str, ...] = ()
+    """`eval_rewards`: names of `config.rewards` (their `as`) scored in validation, () = all; ("correctness",)
+    leaves the judged terms out of checkpoint selection, as the paper selects by correctness only."""
     best_metric: str = ""
+    """`best_metric`: "" = none, else "eval/reward" (the weighted total of the scored functions) or "eval/<name>":
+    `workdir/best/` keeps the checkpoint with the HIGHEST value (mode "max": a reward)."""
     export_best: bool = False
+    """`export_best`: with `export_dir`, export the best checkpoint instead of the final state (the final state when
+    no evaluation has run); needs `best_metric`."""
 
     @classmethod
     def from_config(cls, config) -> EvalSettings:

@@ -41,12 +41,16 @@ _CONSONANTS, _VOWELS = "bcdfghjklmnprstvwyz", "aeiou"
 
 @dataclasses.dataclass(frozen=True)
 class Counts:
-    """Demonstrations per record: train normal / ood / noise and test pairs (the staged files' numbers)."""
+    """Input/output pairs per generated record; the defaults are the staged files' numbers."""
 
     normal: int = 10
+    """`train.normal` pairs: inputs like the test inputs, outputs by the rule (>= 1)."""
     ood: int = 5
+    """`train.ood` pairs: out-of-distribution inputs (Crypto: random letters); 0 for list functions."""
     noise: int = 5
+    """`train.noise` pairs: outputs changed so that each disagrees with the rule."""
     test: int = 10
+    """`test` pairs, the held-out ones the verifier scores (>= 1)."""
 
     def __post_init__(self):
         for name in ("normal", "ood", "noise", "test"):

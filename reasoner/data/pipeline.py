@@ -44,11 +44,18 @@ class DataStats:
     """Counts from preparing one split; reported in metrics and logs."""
 
     examples: int = 0
+    """Examples (DPO: preference pairs) read from the split."""
     kept: int = 0
+    """Examples (pairs) in the rows."""
     truncated: int = 0
+    """Examples (pairs) over `seq_len` cut to it (`overflow="truncate"`); an SFT example cut down to no completion
+    token counts here and in `dropped`."""
     dropped: int = 0
+    """Examples (pairs) left out: over `seq_len` with `overflow="drop"`, or without a completion token in `seq_len`."""
     rows: int = 0
+    """Rows of `seq_len` tokens: SFT's packed or padded rows, one per DPO pair."""
     completion_tokens: int = 0
+    """Completion (trained) tokens in the rows, both sides of a DPO pair."""
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)

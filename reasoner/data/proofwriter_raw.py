@@ -65,13 +65,18 @@ class RawTheory:
 
 @dataclasses.dataclass
 class LoadReport:
-    """What a load kept and skipped. `skipped` holds (id, reason) for every item left out."""
+    """What a load kept and left out; `as_dict` is the summary `reasoner data build proofwriter` prints (`load`)."""
 
     theories: int = 0
+    """Theories parsed."""
     questions: int = 0
+    """Questions kept in the parsed theories."""
     naf_questions: int = 0
+    """CWA questions left out, their recorded proof using negation as failure (as_dict: `naf_questions_skipped`)."""
     naf_rules: int = 0
+    """CWA rules dropped for a negated premise, which Horn programs cannot express (as_dict: `naf_rules_dropped`)."""
     skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    """(id, reason) of every file, line, theory or question left out, NAF questions included."""
 
     def as_dict(self) -> dict:
         return {"theories": self.theories, "questions": self.questions, "naf_questions_skipped": self.naf_questions,

@@ -71,14 +71,22 @@ def think_span(completion: str) -> str:
 
 @dataclasses.dataclass
 class JudgeCounters:
-    """Judgements asked for since construction: scored validly, invalid replies, failed calls, cache hits."""
+    """What one judge's judgements came to since construction, counted by `ask_judge` (and by a `CachedJudge` given
+    them): `reasoner cedar eval` reports them under `judge`; GRPO logs the first four as `judge/<field>`, summed over
+    its distinct judges."""
 
     requests: int = 0
+    """Judgements asked for: one per prompt, = valid + invalid + failed."""
     valid: int = 0
+    """Replies the parser read as a valid judgement."""
     invalid: int = 0
+    """Replies the parser could not read as a judgement (why: `last_reason`)."""
     failed: int = 0
+    """Prompts the judge gave no reply for (None: timeout, HTTP error, dead server)."""
     cache_hits: int = 0
+    """Prompts a `CachedJudge` holding these counters answered from its cache instead of asking the judge."""
     last_reason: str = ""
+    """Why the latest invalid or failed judgement was not valid (the parser's reason, or "judge call failed")."""
 
 
 def ask_judge(judge: Judge, prompts: Sequence[Messages], parse, *, failed, counters: JudgeCounters | None = None):

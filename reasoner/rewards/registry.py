@@ -99,17 +99,29 @@ def completion_text(completion) -> str:
 
 @dataclasses.dataclass
 class RewardCounters:
-    """Per-function outcome counts since construction (or `reset`)."""
+    """One reward function's outcomes since construction (or `reset`), kept by `CompositeReward` (`counter_dict`);
+    every completion counts once in scored, not_applicable, errors, timeouts or non_finite. GRPO logs
+    `reward_failures/<name>` = errors + timeouts + non_finite."""
 
     calls: int = 0
+    """Batch calls of the function (the one-at-a-time re-runs after a failing batch call not included)."""
     completions: int = 0
+    """Completions passed to it over those calls."""
     scored: int = 0
+    """Completions it gave a finite value."""
     not_applicable: int = 0
+    """Completions it returned None for: left out of the weighted sum."""
     errors: int = 0
+    """Completions scored 0 that raised (re-run alone) or returned a `RewardFailure`, other than for time."""
     timeouts: int = 0
+    """Completions scored 0 for time: every completion of a call past `timeout_s`, and those that raised
+    TimeoutError (re-run alone) or returned a "timeout" `RewardFailure`."""
     non_finite: int = 0
+    """Completions whose value was NaN or +-inf, scored 0."""
     seconds: float = 0.0
+    """Wall-clock seconds spent in its calls, re-runs included."""
     last_error: str = ""
+    """The latest error or timeout as "kind: message", cut to 500 characters."""
 
 
 @dataclasses.dataclass(frozen=True)

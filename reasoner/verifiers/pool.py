@@ -52,20 +52,33 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 @dataclasses.dataclass(frozen=True)
 class PoolConfig:
-    """Limits of a `VerifierPool`. Defaults follow Sequent-Prover App. A.2 (30 s, 256 MB)."""
+    """Limits of a `VerifierPool` (how they are enforced: the module docstring)."""
 
     workers: int = 2
+    """Worker processes, each served by its own pool thread."""
     deadline_s: float = 30.0
+    """Wall-clock seconds from sending a call to its reply (Sequent-Prover App. A.2); `submit(deadline_s=)` per call."""
     memory_mb: int = 256
+    """MB a call may hold (App. A.2): its worker is killed past `memory_mb + rss_allowance_mb` resident;
+    `submit(memory_mb=)` per call."""
     max_tasks_per_worker: int = 500
+    """Calls after which a worker is replaced by a fresh one (counted as recycled)."""
     queue_size: int = 64
+    """Calls waiting for a worker at most; `submit` blocks (or raises `queue.Full`) when that many wait."""
     term_grace_s: float = 0.5
+    """Seconds from SIGTERM to SIGKILL when a worker's process group is killed."""
     poll_s: float = 0.01
+    """Seconds between two checks of a busy worker's resident set."""
     address_space_mb: int = 8192
+    """RLIMIT_AS of every worker in MB, the hard backstop behind the resident-set cap (0: none)."""
     start_timeout_s: float = 60.0
+    """Seconds a new worker has to report ready before its start fails."""
     rss_allowance_mb: int = 128
+    """Fixed MB for the interpreter on top of `memory_mb` (never the worker's measured size)."""
     recycle_growth_mb: int = 64
+    """MB a worker's resident set may grow over its size at start before it is recycled after a call."""
     isolate: str = "off"
+    """Jail the workers: "off", "auto" (where `unshare` works) or "strict" (or fail at construction)."""
 
     def __post_init__(self):
         for name in ("workers", "memory_mb", "max_tasks_per_worker", "queue_size", "rss_allowance_mb",

@@ -53,16 +53,24 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class SandboxLimits:
-    """Per-test limits. `cpu_s` defaults to `timeout_s + 1` (the wall clock then fires first)."""
+    """Per-test limits; a test stopped by one has its name (quoted below) as `TestOutcome.limit`."""
 
     timeout_s: float = 5.0
+    """Wall-clock seconds per test, then its process tree is killed ("timeout"; CEDAR: 5 s per test)."""
     memory_mb: int = 256
+    """RLIMIT_AS of the test process in MB ("memory")."""
     max_file_mb: int = 8
+    """RLIMIT_FSIZE in MB: the largest file the test may write ("file_size")."""
     max_processes: int = 16
+    """RLIMIT_NPROC: processes and threads of the test's user ("nproc")."""
     max_output_bytes: int = 1 << 20
+    """Bytes of the test's reply read at most ("output")."""
     cpu_s: int | None = None
+    """RLIMIT_CPU seconds: SIGXCPU, SIGKILL one later ("cpu"); None: `int(timeout_s) + 1` (the wall clock first)."""
     max_open_files: int = 64
+    """RLIMIT_NOFILE: open file descriptors ("nofile")."""
     scratch_mb: int = 16
+    """MB of the private tmpfs /tmp, the only writable place ("strict" mode; "weak" uses a host temporary dir)."""
 
     def __post_init__(self):
         for name in ("timeout_s", "memory_mb", "max_file_mb", "max_processes", "max_output_bytes",
