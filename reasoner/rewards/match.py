@@ -100,6 +100,17 @@ def _gold(example: Mapping, answer_key: str):
     return example[answer_key]
 
 
+def _per_answer(score, *, answer_key: str, span_tag: str | None):
+    """The reward function that gives each completion `float(score(answer, gold))`: its answer (the `span_tag`
+    span, None when missing; the whole text when `span_tag` is None) against its example's `answer_key` value."""
+
+    def reward(completions, *, examples):
+        return [float(score(answer, _gold(example, answer_key)))
+                for answer, example in zip(_answers(completions, span_tag), examples)]
+
+    return reward
+
+
 @register_reward("exact_match")
 def exact_match(*, answer_key: str = "answer", normalize: str = "lower_ws", span_tag: str | None = "answer"):
     """1.0 when the normalised answer equals the normalised gold string, else 0.0."""
@@ -107,29 +118,22 @@ def exact_match(*, answer_key: str = "answer", normalize: str = "lower_ws", span
         raise ValueError(f"normalize={normalize!r}: expected one of {sorted(_NORMALIZERS)}")
     norm = _NORMALIZERS[normalize]
 
-    def reward(completions, *, examples):
-        out = []
-        for answer, example in zip(_answers(completions, span_tag), examples):
-            gold = _gold(example, answer_key)
-            out.append(float(answer is not None and norm(answer) == norm(str(gold))))
-        return out
+    def score(answer, gold):
+        return answer is not None and norm(answer) == norm(str(gold))
 
-    return reward
+    return _per_answer(score, answer_key=answer_key, span_tag=span_tag)
 
 
 @register_reward("integer_match")
 def integer_match(*, answer_key: str = "answer", span_tag: str | None = "answer"):
     """1.0 when the answer's first standalone integer equals int(gold), else 0.0."""
 
-    def reward(completions, *, examples):
-        out = []
-        for answer, example in zip(_answers(completions, span_tag), examples):
-            gold = _canonical(_gold(example, answer_key))
-            ints = integer_tokens(answer) if answer is not None else []
-            out.append(float(bool(ints) and ints[0] == gold))
-        return out
+    def score(answer, gold):
+        gold = _canonical(gold)
+        ints = integer_tokens(answer) if answer is not None else []
+        return bool(ints) and ints[0] == gold
 
-    return reward
+    return _per_answer(score, answer_key=answer_key, span_tag=span_tag)
 
 
 def _gold_set(gold) -> set[str]:
@@ -144,15 +148,12 @@ def _gold_set(gold) -> set[str]:
 def set_match(*, answer_key: str = "answer", span_tag: str | None = "answer"):
     """1.0 when the set of standalone integers in the answer equals the gold set (non-empty), else 0.0."""
 
-    def reward(completions, *, examples):
-        out = []
-        for answer, example in zip(_answers(completions, span_tag), examples):
-            gold = _gold_set(_gold(example, answer_key))
-            predicted = set(integer_tokens(answer)) if answer is not None else set()
-            out.append(float(bool(gold) and predicted == gold))
-        return out
+    def score(answer, gold):
+        gold = _gold_set(gold)
+        predicted = set(integer_tokens(answer)) if answer is not None else set()
+        return bool(gold) and predicted == gold
 
-    return reward
+    return _per_answer(score, answer_key=answer_key, span_tag=span_tag)
 
 
 def logic_problem(example: Mapping, *, dataset: str = ""):
