@@ -206,8 +206,31 @@ class TensorBoardWriter:
             self._sw = None
 
 
-# ---------------------------------------------------------------------------------------------- wandb
-class WandbWriter:
+# ---------------------------------------------------------------------------------------------- wandb, trackio
+class _HostedRun:
+    """What the W&B and trackio writers share (trackio copies wandb's logging API): a run opened by `_run()` at the
+    first call, scalars logged as `kind/name` keys at `step`, tables as the package's `Table`."""
+
+    def _run(self):
+        raise NotImplementedError
+
+    def _table(self, **columns_and_data):
+        raise NotImplementedError
+
+    def write(self, step: int, kind: str, **scalars: Any) -> None:
+        self._run().log({tag(kind, k): v for k, v in numeric(scalars).items()}, step=int(step))
+
+    def table(self, step: int, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            self._run().log({name: self._table(**table_columns(rows))}, step=int(step))
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
+class WandbWriter(_HostedRun):
     """One W&B run (opened at the first call) logging `kind/name` keys at `step`; see the module docstring."""
 
     def __init__(self, workdir, *, project: str = "reasoner", name: str = "", mode: str = ""):
@@ -234,25 +257,16 @@ class WandbWriter:
                                   reinit="create_new", **resume)
         return self.run
 
-    def write(self, step: int, kind: str, **scalars: Any) -> None:
-        self._run().log({tag(kind, k): v for k, v in numeric(scalars).items()}, step=int(step))
+    def _table(self, **columns_and_data):
+        import wandb
+
+        return wandb.Table(**columns_and_data)
 
     def hparams(self, params: Mapping[str, Any]) -> None:
         self._run().config.update(dict(params), allow_val_change=True)
 
-    def table(self, step: int, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        import wandb
 
-        if rows:
-            self._run().log({name: wandb.Table(**table_columns(rows))}, step=int(step))
-
-    def close(self) -> None:
-        if self.run is not None:
-            self.run.finish()
-            self.run = None
-
-
-class TrackioWriter:
+class TrackioWriter(_HostedRun):
     """One trackio run (opened at the first call, with the config when `hparams` comes first, as the loops call it)
     logging `kind/name` keys at `step`; see the module docstring."""
 
@@ -271,25 +285,16 @@ class TrackioWriter:
                                     auto_log_cpu=False, auto_log_gpu=False)
         return self.run
 
-    def write(self, step: int, kind: str, **scalars: Any) -> None:
-        self._run().log({tag(kind, k): v for k, v in numeric(scalars).items()}, step=int(step))
+    def _table(self, **columns_and_data):
+        import trackio
+
+        return trackio.Table(**columns_and_data)
 
     def hparams(self, params: Mapping[str, Any]) -> None:
         if self.run is None:
             self._run(params)
         else:
             self.run.config.update(dict(params))
-
-    def table(self, step: int, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        import trackio
-
-        if rows:
-            self._run().log({name: trackio.Table(**table_columns(rows))}, step=int(step))
-
-    def close(self) -> None:
-        if self.run is not None:
-            self.run.finish()
-            self.run = None
 
 
 # ---------------------------------------------------------------------------------------------- fan-out
