@@ -23,9 +23,8 @@ import random
 
 from search.logic import Atom, Program, Rule
 
-__all__ = ["DeepRDSpec", "DeepRDProblem", "generate_problem", "generate_split", "problem_context", "rule_sentences",
-           "check_problem", "problem_record",
-           "DEFAULT_SPLIT_SIZES"]
+__all__ = ["DeepRDSpec", "DeepRDProblem", "WordGraphProblem", "generate_problem", "generate_split", "problem_context",
+           "rule_sentences", "check_problem", "problem_record", "DEFAULT_SPLIT_SIZES"]
 
 DEFAULT_SPLIT_SIZES = {"train": 2000, "validation": 200, "test": 500}
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "gr", "st", "tr", "sl")
@@ -56,8 +55,40 @@ class DeepRDSpec:
                              "expected >= 0 and >= 1")
 
 
+class WordGraphProblem:
+    """Logic mode of a DeepRD graph, for the problems we generate and the generator's own (`deeprd_generator`):
+    `words[v]` is vertex v's attribute word, `entity` the one constant, `edges` the (u, v) vertex ids in program
+    rule order, `start` the vertex of the only axiom, `goal` the goal's."""
+
+    @property
+    def program(self) -> Program:
+        w = self.words
+        rules = tuple(Rule((Atom(w[a], ("?x",)),), Atom(w[b], ("?x",)), f"rule{i + 1}")
+                      for i, (a, b) in enumerate(self.edges))
+        return Program((Atom(w[self.start], (self.entity,)),), rules)
+
+    @property
+    def goal_atom(self) -> Atom:
+        return Atom(self.words[self.goal], (self.entity,))
+
+    @property
+    def question(self) -> str:
+        return f"{self.entity} is {self.words[self.goal]}."
+
+    @property
+    def rule_sentences(self) -> list[str]:
+        """"If someone is u, they are v." for each edge, in program rule order."""
+        w = self.words
+        return [f"If someone is {w[a]}, they are {w[b]}." for a, b in self.edges]
+
+    @property
+    def context(self) -> str:
+        """Logic-mode theory text: the start fact, then one rule sentence per edge, in program order."""
+        return " ".join([f"{self.entity} is {self.words[self.start]}.", *self.rule_sentences])
+
+
 @dataclasses.dataclass(frozen=True)
-class DeepRDProblem:
+class DeepRDProblem(WordGraphProblem):
     """vertices[i] is the attribute word of vertex i; vertex 0 is the start; edges are (u, v) vertex ids."""
 
     id: str
@@ -70,30 +101,18 @@ class DeepRDProblem:
     goal: int
 
     @property
-    def program(self) -> Program:
-        v = self.vertices
-        rules = tuple(Rule((Atom(v[a], ("?x",)),), Atom(v[b], ("?x",)), f"rule{i + 1}")
-                      for i, (a, b) in enumerate(self.edges))
-        return Program((Atom(v[self.start], (self.entity,)),), rules)
-
-    @property
-    def goal_atom(self) -> Atom:
-        return Atom(self.vertices[self.goal], (self.entity,))
-
-    @property
-    def question(self) -> str:
-        return f"{self.entity} is {self.vertices[self.goal]}."
+    def words(self) -> tuple[str, ...]:
+        return self.vertices
 
 
-def rule_sentences(problem: DeepRDProblem) -> list[str]:
+def rule_sentences(problem: WordGraphProblem) -> list[str]:
     """"If someone is u, they are v." for each edge, in program rule order."""
-    v = problem.vertices
-    return [f"If someone is {v[a]}, they are {v[b]}." for a, b in problem.edges]
+    return problem.rule_sentences
 
 
-def problem_context(problem: DeepRDProblem) -> str:
+def problem_context(problem: WordGraphProblem) -> str:
     """Logic-mode theory text: the start fact, then one rule sentence per edge, in program order."""
-    return " ".join([f"{problem.entity} is {problem.vertices[problem.start]}.", *rule_sentences(problem)])
+    return problem.context
 
 
 def _words(rng: random.Random, count: int) -> list[str]:

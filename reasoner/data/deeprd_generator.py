@@ -45,7 +45,7 @@ import dataclasses
 import json
 import re
 
-from search.logic import Atom, Program, Rule
+from reasoner.data.deeprd import WordGraphProblem
 
 __all__ = ["GeneratorProblem", "GeneratorFormatError", "parse_record", "load_generator_file", "problem_record",
            "rule_pairs", "push_table"]
@@ -60,7 +60,7 @@ class GeneratorFormatError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class GeneratorProblem:
+class GeneratorProblem(WordGraphProblem):
     """One generator record. `index` is its 0-based position in the file; `rule_texts` are the file's sentences
     (their order, which is not the edge order), `edges` the file's (u, v) node ids in file order."""
 
@@ -81,26 +81,8 @@ class GeneratorProblem:
         return f"deeprd-gen-{self.index}"
 
     @property
-    def program(self) -> Program:
-        a = self.adjectives
-        rules = tuple(Rule((Atom(a[u], ("?x",)),), Atom(a[v], ("?x",)), f"rule{i + 1}")
-                      for i, (u, v) in enumerate(self.edges))
-        return Program((Atom(a[self.start], (self.entity,)),), rules)
-
-    @property
-    def goal_atom(self) -> Atom:
-        return Atom(self.adjectives[self.goal], (self.entity,))
-
-    @property
-    def question(self) -> str:
-        return f"{self.entity} is {self.adjectives[self.goal]}."
-
-    @property
-    def context(self) -> str:
-        """The start fact, then the rule sentences in the program's rule (edge) order, in one template."""
-        a = self.adjectives
-        return " ".join([f"{self.entity} is {a[self.start]}.",
-                         *(f"If someone is {a[u]}, they are {a[v]}." for u, v in self.edges)])
+    def words(self) -> dict[int, str]:
+        return self.adjectives
 
 
 def rule_pairs(logic_predicates: str) -> list[tuple[str, str]]:
