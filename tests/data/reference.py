@@ -1,11 +1,15 @@
-"""Independent reference for tests: naive (not semi-naive) fixpoint iteration of T_P over all substitutions.
+"""Independent references for tests.
 
-depth(atom) = the first n with atom in T_P^n(A); under cost g = 1 + max this is the shortest proof depth.
-Brute force over every substitution of the program's constants: fine for the small theories of the tests.
+`naive_depths`: naive (not semi-naive) fixpoint iteration of T_P over all substitutions. depth(atom) = the first n
+with atom in T_P^n(A); under cost g = 1 + max this is the shortest proof depth. Brute force over every substitution
+of the program's constants: fine for the small theories of the tests.
+`bfs_distances`: plain breadth-first search in a digraph, the depths of unary (one-premise, one-entity) programs
+such as DeepRD's, where the hypergraph is a plain graph.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 
 
@@ -33,3 +37,16 @@ def naive_depths(program) -> dict:
         if not new:
             return known
         known.update(new)
+
+
+def bfs_distances(children, source) -> dict:
+    """{vertex: edges on a shortest path from `source`} for every vertex `source` reaches; `children` maps a vertex
+    to its successors (a vertex without an entry has none)."""
+    dist, frontier = {source: 0}, collections.deque([source])
+    while frontier:
+        u = frontier.popleft()
+        for v in children.get(u, ()):
+            if v not in dist:
+                dist[v] = dist[u] + 1
+                frontier.append(v)
+    return dist

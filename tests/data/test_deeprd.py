@@ -1,28 +1,20 @@
 """DeepRD generator: the published spec, checked with an independent breadth-first search and with host A*."""
 
 import dataclasses
-from collections import deque
 
 import pytest
 
 from reasoner.data.deeprd import (DeepRDSpec, check_problem, generate_problem, problem_context, problem_record)
 from reasoner.data.proofwriter_english import parse_statement, parse_theory_text
 from search.astar import shortest_depth
+from tests.data.reference import bfs_distances
 
 
 def _bfs_depth(edges, start, goal):
     children = {}
     for a, b in edges:
         children.setdefault(a, []).append(b)
-    dist = {start: 0}
-    queue = deque([start])
-    while queue:
-        u = queue.popleft()
-        for c in children.get(u, ()):
-            if c not in dist:
-                dist[c] = dist[u] + 1
-                queue.append(c)
-    return dist.get(goal)
+    return bfs_distances(children, start).get(goal)
 
 
 def _is_acyclic(edges, n):

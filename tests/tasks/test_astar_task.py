@@ -15,6 +15,7 @@ from reasoner.data.astar_traces import deeprd_records, sft_example, write_jsonl
 from reasoner.data.deeprd import DeepRDSpec, generate_problem
 from reasoner.tasks.astar import (INSTRUCTION, problem_from_record, prompt_messages, reward_specs, score_completion,
                                   sft_completion)
+from tests.data.reference import bfs_distances
 
 SPEC = DeepRDSpec(min_lookahead=3, max_lookahead=5, min_branches=2, max_branches=4, extra_ratio=0.5, max_degree=3)
 STEP = re.compile(r'^Since (\w+) is (\w+), by the rule "If someone is (\w+), they are (\w+)\.", (\w+) is (\w+)\.$')
@@ -25,17 +26,6 @@ def cases():
     records = deeprd_records(seed=7, split="test", size=12, spec=SPEC)
     raw = [generate_problem(seed=7, split="test", index=i, spec=SPEC) for i in range(12)]
     return [(problem_from_record(r), r, p) for r, p in zip(records, raw)]
-
-
-def _bfs(adj, source):
-    dist, frontier = {source: 0}, collections.deque([source])
-    while frontier:
-        u = frontier.popleft()
-        for v in adj.get(u, ()):
-            if v not in dist:
-                dist[v] = dist[u] + 1
-                frontier.append(v)
-    return dist
 
 
 def _graph(raw):
@@ -89,8 +79,8 @@ def test_sft_completion_is_a_valid_forward_proof_with_the_recorded_pushes(cases,
 def test_scores_match_hand_computed_efficiency_and_eq7(cases):
     for problem, _record, raw in cases:
         start, goal, fwd, back = _graph(raw)
-        w = _bfs(fwd, start)  # shortest proof depth of each derivable atom
-        h = _bfs(back, goal)  # exact cost-to-go = dependency heuristic on unary rules (inf if off-path)
+        w = bfs_distances(fwd, start)  # shortest proof depth of each derivable atom
+        h = bfs_distances(back, goal)  # exact cost-to-go = dependency heuristic on unary rules (inf if off-path)
         f = lambda v: w[v] + h.get(v, np.inf)  # noqa: E731
         dep_steps = _steps(sft_completion(problem, heuristic="dependency"), raw.entity)
         alpha = sum(f(v) for v in {a for a, _ in dep_steps})
