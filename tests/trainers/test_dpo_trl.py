@@ -38,15 +38,23 @@ CASES = [
 ]
 
 
+def right_padded_masks(rng, *, rows: int, length: int, prompt: tuple[int, int], end: tuple[int, int]):
+    """(attention, completion) int64 masks [rows, length] of right-padded rows: row r holds `end_r` tokens, the
+    last `end_r - prompt_r` of them its completion; per row `prompt_r` is drawn from range(*prompt), then `end_r`
+    from range(*end)."""
+    attention = np.zeros((rows, length), np.int64)
+    completion = np.zeros((rows, length), np.int64)
+    for row in range(rows):
+        prompt_len, end_len = rng.integers(*prompt), rng.integers(*end)
+        attention[row, :end_len] = 1
+        completion[row, prompt_len:end_len] = 1
+    return attention, completion
+
+
 def make_batch(seed: int):
     """P pairs: prompts of 4-8 tokens, completions to the end of rows of varying length (right padding)."""
     rng = np.random.default_rng(seed)
-    completion_mask = np.zeros((2 * P, T), np.int64)
-    attention_mask = np.zeros((2 * P, T), np.int64)
-    for row in range(2 * P):
-        prompt, end = rng.integers(4, 9), rng.integers(12, T + 1)
-        attention_mask[row, :end] = 1
-        completion_mask[row, prompt:end] = 1
+    attention_mask, completion_mask = right_padded_masks(rng, rows=2 * P, length=T, prompt=(4, 9), end=(12, T + 1))
     shift_mask = completion_mask[:, 1:].astype(np.float32)
     logps = (-rng.uniform(0.05, 3.0, size=(2 * P, T - 1)) * shift_mask).astype(np.float32)
     seq = logps.astype(np.float64).sum(1)

@@ -34,6 +34,7 @@ from trl.trainer.kto_trainer import KTOTrainer
 
 from reasoner.models.scoring import picked_logps
 from tests.tolerances import EPS32
+from tests.trainers.test_dpo_trl import right_padded_masks
 from trainers import losses
 
 P, T, V = 8, 16, 11  # pairs, sequence length (prompt + completion), vocabulary
@@ -43,12 +44,7 @@ def make_pairs(seed: int):
     """Chosen rows then rejected rows [2P, T]: prompts of 3-6 tokens, completions to ends of 9-T (right padding)."""
     rng = np.random.default_rng(seed)
     ids = rng.integers(1, V, size=(2 * P, T))
-    attention = np.zeros((2 * P, T), np.int64)
-    completion = np.zeros((2 * P, T), np.int64)
-    for row in range(2 * P):
-        prompt, end = rng.integers(3, 7), rng.integers(9, T + 1)
-        attention[row, :end] = 1
-        completion[row, prompt:end] = 1
+    attention, completion = right_padded_masks(rng, rows=2 * P, length=T, prompt=(3, 7), end=(9, T + 1))
     ids = ids * attention  # pad id 0
     logits = rng.normal(0, 2.0, size=(2 * P, T, V)).astype(np.float32)
     return dict(ids=ids, attention=attention, completion=completion, logits=logits)
