@@ -10,11 +10,11 @@ from reasoner.tokenization import encode, render_chat
 
 
 class ScriptedSession:
-    """The sampler session `multiturn.rollout` drives: row b replays script[b % n] turn by turn (finish `stop`,
-    sampling log-prob -1 per token)."""
+    """The sampler session `multiturn.rollout` drives: row b replays script[b % n] (`per_row`: script[b]) turn by
+    turn (finish `stop`, sampling log-prob -1 per token)."""
 
-    def __init__(self, tok, prompts, n, script):
-        self.tok, self.n, self.script = tok, n, script
+    def __init__(self, tok, prompts, n, script, *, per_row: bool = False):
+        self.tok, self.n, self.script, self.per_row = tok, n, script, per_row
         self.rows = list(range(len(prompts) * n))
         self.history = [list(prompts[b // n]) for b in self.rows]
         self.turn = [0] * len(self.rows)
@@ -23,7 +23,7 @@ class ScriptedSession:
     def run(self):
         out = []
         for b in self.rows:
-            text = self.script[b % self.n][self.turn[b]]
+            text = self.script[b if self.per_row else b % self.n][self.turn[b]]
             self.turn[b] += 1
             ids = np.asarray(encode(self.tok, text), np.int32)
             self.history[b] += ids.tolist()
@@ -40,16 +40,20 @@ class ScriptedSession:
 
 
 class ScriptedSampler:
-    """script: sample index -> the replies of its turns (a row that ends is not asked again)."""
+    """script: sample index (`per_row`: row) -> the replies of its turns (a row that ends is not asked again).
+    `stops` and `sessions` keep every call's stop strings and session."""
 
-    def __init__(self, tok, script):
-        self.tokenizer, self.script, self.params = tok, script, None
+    def __init__(self, tok, script, *, per_row: bool = False):
+        self.tokenizer, self.script, self.per_row, self.params = tok, script, per_row, None
         self.stops, self.sessions = [], []
 
     def start(self, prompts, sampling, *, max_len, reserve):
         self.stops.append(sampling.stop)
-        self.sessions.append(ScriptedSession(self.tokenizer, prompts, sampling.n, self.script))
+        self.sessions.append(ScriptedSession(self.tokenizer, prompts, sampling.n, self.script, per_row=self.per_row))
         return self.sessions[-1]
+
+    def generate(self, prompts, sampling, *, max_len):  # a single-turn rollout: the first turn of each row
+        return self.start(prompts, sampling, max_len=max_len, reserve=0).run()
 
 
 def expected_row(tok, messages_after, prompt, *, tools=None):

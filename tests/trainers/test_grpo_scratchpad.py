@@ -18,9 +18,9 @@ from reasoner.agents.multiturn import rollout
 from reasoner.agents.policies import TOOLS
 from reasoner.agents.scratchpad import ScratchpadTool
 from reasoner.sampling import SamplingParams
-from reasoner.sampling.results import Completion
 from reasoner.tokenization import encode, load_tokenizer, render_chat
 from reasoner.verifiers.z3_runner import Z3Result
+from tests.agents.scripted import ScriptedSampler
 from tests.trainers.test_grpo import G, one_device_mesh, tiny, tok_dir  # noqa: F401 - tok_dir is a fixture
 from trainers import grpo
 from trainers.data import as_example
@@ -34,47 +34,6 @@ SOLVE = "Let me check. " + call("z3_solve", smt_code="(declare-const x Int)(asse
 FINISH = "The answer is B. " + call("finish", answer="B")
 # row -> replies of its turns (a row that ends is not asked again)
 SCRIPT = {0: [SOLVE, FINISH], 1: [FINISH], 2: [SOLVE, SOLVE, "The answer is A."], 3: ["No tools. Answer: A"]}
-
-
-class ScriptedSession:
-    """The sampler session interface `multiturn.rollout` uses, replaying SCRIPT (finish reason `stop`)."""
-
-    def __init__(self, tok, prompts):
-        self.tok, self.history, self.turn = tok, [list(p) for p in prompts], {b: 0 for b in SCRIPT}
-        self.rows = sorted(SCRIPT)
-        self.extended = []
-
-    def run(self):
-        out = []
-        for b in self.rows:
-            text = SCRIPT[b][self.turn[b]]
-            self.turn[b] += 1
-            ids = np.asarray(encode(self.tok, text), np.int32)
-            self.history[b] += ids.tolist()
-            out.append(Completion(tokens=ids, text=text, finish_reason="stop", sample_logprobs=np.full(len(ids), -1.0),
-                                  model_logprobs=np.full(len(ids), -1.0), prompt_index=b, sample_index=0))
-        return out
-
-    def extend(self, appends, *, max_new_tokens):
-        self.extended.append({b: list(v) for b, v in appends.items()})
-        for b, ids in appends.items():
-            self.history[b] += list(ids)
-        self.rows = sorted(appends)
-
-
-class ScriptedSampler:
-    def __init__(self, tok):
-        self.tokenizer = tok
-        self.stops = None
-
-    def start(self, prompts, sampling, *, max_len, reserve):
-        assert sampling.n == 1 and len(prompts) == len(SCRIPT)
-        self.stops = sampling.stop
-        self.session = ScriptedSession(self.tokenizer, prompts)
-        return self.session
-
-    def generate(self, prompts, sampling, *, max_len):  # a single-turn rollout
-        return self.start(prompts, sampling, max_len=max_len, reserve=0).run()
 
 
 class FixedRunner:
@@ -97,7 +56,7 @@ def _rollout(tok, runner, *, budget=400, max_turns=4, examples=None):
     tool = ScratchpadTool(tok, runner=runner)
     examples = examples or [{"prompt": [{"role": "user", "content": f"Problem {b}: which is true, A or B?"}]}
                             for b in SCRIPT]
-    sampler = ScriptedSampler(tok)
+    sampler = ScriptedSampler(tok, SCRIPT, per_row=True)
     r = rollout(sampler, prompt_ids=[tool.prompt_ids(e["prompt"]) for e in examples], examples=examples,
                      sampling=SamplingParams(max_new_tokens=64, temperature=1.0, n=1), budget=budget, tool=tool,
                      max_turns=max_turns, tool_reserve=64)
@@ -107,7 +66,7 @@ def _rollout(tok, runner, *, budget=400, max_turns=4, examples=None):
 def test_tool_responses_are_masked_and_finish_ends_the_row(smol_tok):
     runner = FixedRunner()
     r, sampler, examples = _rollout(smol_tok, runner)
-    assert "</tool_call>" in sampler.stops  # turns stop right after a tool call, as in the SMT evaluation
+    assert "</tool_call>" in sampler.stops[-1]  # turns stop right after a tool call, as in the SMT evaluation
     terminations = [t.termination for t in r.completions]
     assert terminations == ["finish", "finish", "no_tool_call", "no_tool_call"]
     assert [t.answer for t in r.completions] == ["B", "B", "The answer is A.", "No tools. Answer: A"]
@@ -137,7 +96,7 @@ def test_tool_responses_are_masked_and_finish_ends_the_row(smol_tok):
         assert mask.tolist() == expected_mask, f"row {b}"
         assert np.all(lp[mask == 0] == 0.0) and np.all(lp[mask == 1] == -1.0)
         assert traj.messages == messages  # the trajectory the rewards see is the scratchpad's own
-    for span in sampler.session.extended[0].values():
+    for span in sampler.sessions[-1].extended[0].values():
         text = smol_tok.decode(span)
         assert text.startswith("<|im_end|>") and "<|im_start|>tool" in text and text.endswith("assistant\n")
     host = grpo.pack(r, np.ones(len(SCRIPT), np.float32), prompt_len=256, budget=400, grad_accum=1,
