@@ -35,6 +35,25 @@ class Running:
         self.thread = threading.Thread(target=server.serve_forever, daemon=True)
         self.thread.start()
 
+    def ask_at_once(self, requests: list[dict], *, join_s: float) -> list:
+        """Sends every request (`chat.completions.create` keywords) at once, each from its own thread, and returns
+        the answers in request order; a client error fails the test."""
+        answers, errors = {}, []
+
+        def ask(i):
+            try:
+                answers[i] = self.client.chat.completions.create(**requests[i])
+            except Exception as err:  # noqa: BLE001 - asserted below
+                errors.append(err)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(requests))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(join_s)
+        assert not errors and sorted(answers) == list(range(len(requests))), errors
+        return [answers[i] for i in range(len(requests))]
+
     def close(self):
         self.server.close_gracefully(timeout=60)
         self.thread.join(60)

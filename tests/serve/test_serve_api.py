@@ -3,8 +3,6 @@
 Every answer is compared with the sampler run directly on the same rendered prompt: the server must add
 nothing and lose nothing (greedy text, the n seeded samples, stop strings, logprobs, usage)."""
 
-import threading
-
 import numpy as np
 import openai
 import pytest
@@ -84,26 +82,12 @@ def test_stop_string_ends_the_answer_and_is_not_returned(tiny_server, reference,
 def test_sixteen_concurrent_clients_are_answered_in_shared_batches(tiny_server, tiny_model, tokenizer):
     chats = [[{"role": "user", "content": f"Question number {i}: what comes next?"}] for i in range(16)]
     before = len(tiny_server.log.batches())
-    answers: dict[int, object] = {}
-    errors = []
-
-    def ask(i):
-        try:
-            answers[i] = tiny_server.client.chat.completions.create(model="test-model", messages=chats[i],
-                                                                    temperature=0, max_tokens=6)
-        except Exception as err:  # noqa: BLE001 - collected and asserted below
-            errors.append(err)
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors and sorted(answers) == list(range(16))
-    assert len({a.id for a in answers.values()}) == 16
+    answers = tiny_server.ask_at_once([dict(model="test-model", messages=c, temperature=0, max_tokens=6)
+                                       for c in chats], join_s=300)
+    assert len({a.id for a in answers}) == 16
     want = Sampler(tiny_model, tokenizer).generate([chat_ids(tokenizer, c) for c in chats],
                                                    SamplingParams(temperature=0.0, max_new_tokens=6))
-    assert [answers[i].choices[0].message.content for i in range(16)] == [w.text for w in want]
+    assert [a.choices[0].message.content for a in answers] == [w.text for w in want]
     lines = tiny_server.log.batches()[before:]
     requests = [int(line.split()[2]) for line in lines]
     assert sum(requests) == 16 and len(lines) < 16 and max(requests) > 1, lines
@@ -168,13 +152,8 @@ def test_prompt_too_long_for_the_cache_is_a_clear_400(tiny_server, tokenizer):
 
 def test_requests_with_different_budgets_share_a_batch_and_keep_their_own(tiny_server, reference):
     """Non-streamed requests of one setting share the batch whatever their max_tokens; each is cut to its own."""
-    results = {}
-    threads = [threading.Thread(target=lambda m=m: results.__setitem__(m, tiny_server.client.chat.completions.create(
-        model="test-model", messages=MESSAGES, temperature=0, max_tokens=m))) for m in (3, 9)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
+    results = dict(zip((3, 9), tiny_server.ask_at_once(
+        [dict(model="test-model", messages=MESSAGES, temperature=0, max_tokens=m) for m in (3, 9)], join_s=300)))
     (want,) = reference(MESSAGES, temperature=0.0, max_new_tokens=9)
     from reasoner.sampling.stops import decode
 

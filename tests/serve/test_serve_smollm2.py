@@ -3,8 +3,6 @@ is what our sampler generates from the same rendered prompt, also for 16 clients
 batches. SmolLM2-135M does not emit tool calls (it answers in prose or writes Python), so the tool test checks
 that the schemas reach the prompt the model continues; the `tool_calls` path is tested in test_serve_scripted."""
 
-import threading
-
 import httpx2 as httpx
 import pytest
 
@@ -69,23 +67,11 @@ def test_sixteen_concurrent_clients_and_a_bad_request(smollm2_server):
     bad = httpx.post(url, content=b"{not json", timeout=60)
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
     before = len(smollm2_server.log.batches())
-    answers, errors = {}, []
-
-    def ask(i):
-        try:
-            answers[i] = smollm2_server.client.chat.completions.create(
-                model="smollm2-135m-instruct", temperature=0, max_tokens=8,
-                messages=[{"role": "user", "content": f"Name a number larger than {i}."}])
-        except Exception as err:  # noqa: BLE001 - asserted below
-            errors.append(err)
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(600)
-    assert not errors and sorted(answers) == list(range(16))
-    assert all(a.choices[0].message.content for a in answers.values())
+    answers = smollm2_server.ask_at_once(
+        [dict(model="smollm2-135m-instruct", temperature=0, max_tokens=8,
+              messages=[{"role": "user", "content": f"Name a number larger than {i}."}]) for i in range(16)],
+        join_s=600)
+    assert all(a.choices[0].message.content for a in answers)
     lines = smollm2_server.log.batches()[before:]
     counts = [int(line.split()[2]) for line in lines]
     assert sum(counts) == 16 and len(lines) < 16 and max(counts) > 1, lines
