@@ -10,6 +10,12 @@ minus our median (compilation and first-touch costs). One JSON object per settin
 `*_decode_step_ms` is one decode step of the whole batch: the time of the decode phase alone (after the
 prefill has finished) over its steps; with batches 1 and 16 the two rows show how far the batched step is
 from the single-row one. `engine_*` is the rollout engine (`RolloutEngine`, paged cache, `batch` slots).
+`engine_spec_*` is the engine with prompt-lookup speculative decoding (`--speculate k`, see
+`reasoner.sampling.speculative`): `engine_spec_tokens_per_pass` is tokens drawn per decode forward pass (1.0 without
+speculation), `engine_spec_same_tokens` whether every row's tokens equal the static sampler's and
+`baseline_same_tokens` whether they equal transformers'. At batch 1 transformers runs its own prompt lookup too
+(`generate(prompt_lookup_num_tokens=k)`, batch 1 only): `baseline_lookup_tok_s` and `engine_spec_ratio_vs_lookup`,
+the like-for-like comparison.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ def register(subparsers) -> None:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-engine", action="store_true", help="skip the rollout engine's figures")
+    p.add_argument("--speculate", type=int, default=8,
+                   help="draft tokens per step of the engine's prompt-lookup speculation (0: skip those figures)")
     p.add_argument("--json", action="store_true", help="print only the JSON lines")
     p.set_defaults(func=run)
 
@@ -76,13 +84,17 @@ def run(args) -> int:
         ids = torch.tensor(prompts, dtype=torch.long)
         mask = torch.ones_like(ids)
 
+        outputs = {}
+
         def run_ours():
-            out = ours.generate(prompts, params)
+            outputs["ours"] = out = ours.generate(prompts, params)
             assert all(c.num_tokens == N for c in out)
 
-        def run_theirs():
-            out = theirs.generate(input_ids=ids, attention_mask=mask, max_new_tokens=N, do_sample=False, pad_token_id=0)
+        def run_theirs(**lookup):
+            out = theirs.generate(input_ids=ids, attention_mask=mask, max_new_tokens=N, do_sample=False, pad_token_id=0,
+                                  **lookup)
             assert out.shape[1] == args.prompt_len + N
+            outputs["theirs"] = out[:, args.prompt_len:].numpy()
 
         t = time.perf_counter()
         run_ours()
@@ -115,11 +127,53 @@ def run(args) -> int:
             row.update(engine_tok_s=round(batch * N / engine_s, 2), engine_ratio=round(theirs_s / engine_s, 3),
                        engine_decode_step_ms=round(1e3 * _engine_step_s(engine, prompts, params, steps=N - 1,
                                                                         repeats=args.repeats), 2))
+        if not args.no_engine and args.speculate:
+            row.update(_speculative_row(ours_model, tokenizer, prompts, params, args, outputs, run_theirs, theirs_s))
         if not args.json:
             row["ours_s"] = [round(x, 3) for x in times_ours]
             row["baseline_s"] = [round(x, 3) for x in times_theirs]
         print(json.dumps(row), flush=True)
     return 0
+
+
+def _speculative_row(model, tokenizer, prompts, params, args, outputs, run_theirs, theirs_s) -> dict:
+    """The engine with prompt-lookup speculation against the same baseline (and, at batch 1, against transformers'
+    own prompt lookup, timed interleaved with ours)."""
+    import statistics
+    import time
+
+    import numpy as np
+
+    from reasoner.sampling.rollout_engine import RolloutEngine
+
+    batch, N = len(prompts), params.max_new_tokens
+    engine = RolloutEngine(model, tokenizer, slots=batch, chunk_steps=N, speculate=args.speculate)
+    first = engine.generate(prompts, params)  # compile
+    row = {"engine_spec_k": args.speculate,
+           "engine_spec_same_tokens": all(np.array_equal(a.tokens, b.tokens) for a, b in zip(first, outputs["ours"])),
+           "baseline_same_tokens": all(np.array_equal(c.tokens, t) for c, t in zip(first, outputs["theirs"]))}
+    lookup = batch == 1
+    if lookup:
+        run_theirs(prompt_lookup_num_tokens=args.speculate)  # warm-up
+    times, times_lookup, passes = [], [], 0
+    for _ in range(args.repeats):
+        before = int(engine.state.passes)
+        t = time.perf_counter()
+        engine.generate(prompts, params)
+        times.append(time.perf_counter() - t)
+        passes = int(engine.state.passes) - before
+        if lookup:
+            t = time.perf_counter()
+            run_theirs(prompt_lookup_num_tokens=args.speculate)
+            times_lookup.append(time.perf_counter() - t)
+    spec_s = statistics.median(times)
+    row.update(engine_spec_tok_s=round(batch * N / spec_s, 2), engine_spec_ratio=round(theirs_s / spec_s, 3),
+               engine_spec_tokens_per_pass=round((N - 1) / passes, 2))
+    if lookup:
+        lookup_s = statistics.median(times_lookup)
+        row.update(baseline_lookup_tok_s=round(batch * N / lookup_s, 2),
+                   engine_spec_ratio_vs_lookup=round(lookup_s / spec_s, 3))
+    return row
 
 
 def _decode_step_s(start, decode, *, steps: int, repeats: int) -> float:

@@ -19,6 +19,10 @@ or idle. Three jitted functions, all donating the state so pools are updated in 
     each row then draws its first token of the new turn and its count/limit/done/token buffers restart.
   - `retire`: marks slots done (stop strings found on the host, or freed slots).
 
+With `speculate=k`, a decode step may verify up to k prompt-lookup draft tokens per slot in one multi-token
+forward (`paged_forward`, the continuation's) and keep 1 to k+1 tokens; what it keeps is what plain steps would
+have drawn (`speculative`).
+
 Finish codes are the static sampler's (`engine.RUNNING/EOS/LENGTH`); tokens, both log-probs and the
 PRNG scheme (`fold_in(row key, position)`) are the same too, so a row's output does not depend on
 which slot it ran in or what ran beside it.
@@ -39,6 +43,7 @@ from reasoner.sampling.engine import EOS, LENGTH, RUNNING
 from reasoner.sampling.fast_decode import layer_qkv
 from reasoner.sampling.paged_cache import NULL_BLOCK, PagedPools, head_blocks, write_tokens
 from reasoner.sampling.processors import DecodeSpec, choose_tokens
+from reasoner.sampling.speculative import propose
 
 
 @struct.dataclass
@@ -49,6 +54,10 @@ class SlotState:
     its cache). pending_S: last drawn token, not yet in the cache. count_S / limit_S: tokens
     drawn / allowed. capacity_S: positions the row may fill (a row whose pending token would sit at
     `capacity` stops with LENGTH). keys_Sx2: raw PRNG key data per slot. done_S / finish_S.
+    context_SxW: the token at each position of the slot (prompt, appended and drawn tokens, the pending one
+    included) for the first W positions, what speculative decoding drafts from (`speculative`); W is 1 when the
+    engine does not speculate (writes past W are dropped). passes: decode forward passes run (a counter for
+    tokens per pass).
     """
 
     pools: PagedPools
@@ -63,21 +72,24 @@ class SlotState:
     tokens_SxN: jax.Array
     sample_logp_SxN: jax.Array
     model_logp_SxN: jax.Array
+    context_SxW: jax.Array
     eos_ids_E: jax.Array
     temperature: jax.Array
     top_p: jax.Array
+    passes: jax.Array
 
 
 def empty_state(pools: PagedPools, *, slots: int, max_new: int, eos_ids_E, temperature: float, top_p: float,
-                key_width: int) -> SlotState:
+                key_width: int, context: int = 1) -> SlotState:
     S, N = slots, max_new
     zi = lambda *shape: jnp.zeros(shape, jnp.int32)  # noqa: E731
     return SlotState(
         pools=pools, length_S=zi(S), pending_S=zi(S), count_S=zi(S), limit_S=zi(S), capacity_S=zi(S),
         keys_Sx2=jnp.zeros((S, key_width), jnp.uint32), done_S=jnp.ones((S,), bool), finish_S=zi(S),
         tokens_SxN=zi(S, N), sample_logp_SxN=jnp.zeros((S, N), jnp.float32),
-        model_logp_SxN=jnp.zeros((S, N), jnp.float32), eos_ids_E=jnp.asarray(eos_ids_E, jnp.int32),
-        temperature=jnp.asarray(temperature, jnp.float32), top_p=jnp.asarray(top_p, jnp.float32))
+        model_logp_SxN=jnp.zeros((S, N), jnp.float32), context_SxW=zi(S, context),
+        eos_ids_E=jnp.asarray(eos_ids_E, jnp.int32), temperature=jnp.asarray(temperature, jnp.float32),
+        top_p=jnp.asarray(top_p, jnp.float32), passes=jnp.zeros((), jnp.int32))
 
 
 def _keys(state: SlotState):
@@ -92,7 +104,10 @@ def _record(state: SlotState, tokens_S, sample_logp_S, model_logp_S, active_S) -
     hit_eos = jnp.any(tokens_S[:, None] == state.eos_ids_E[None, :], axis=-1)
     out_of_room = (count >= state.limit_S) | (state.length_S >= state.capacity_S)
     finish = jnp.where(active_S & hit_eos, EOS, jnp.where(active_S & out_of_room, LENGTH, state.finish_S))
+    S, W = state.context_SxW.shape
+    at = jnp.where(active_S, state.length_S, W)  # the drawn token's position; inactive rows write nothing
     return state.replace(
+        context_SxW=state.context_SxW.at[jnp.arange(S), at].set(tokens_S, mode="drop"),
         pending_S=jnp.where(active_S, tokens_S, state.pending_S), count_S=count,
         tokens_SxN=jnp.where(at_count, tokens_S[:, None], state.tokens_SxN),
         sample_logp_SxN=jnp.where(at_count, sample_logp_S[:, None], state.sample_logp_SxN),
@@ -156,17 +171,47 @@ def _step(model, spec: DecodeSpec, table_SxJ, state: SlotState) -> SlotState:
 
 
 _PER_SLOT = ("length_S", "pending_S", "count_S", "limit_S", "capacity_S", "keys_Sx2", "done_S", "finish_S",
-             "tokens_SxN", "sample_logp_SxN", "model_logp_SxN")
+             "tokens_SxN", "sample_logp_SxN", "model_logp_SxN", "context_SxW")
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "spec"), donate_argnums=(2,))
+def _verify_step(model, spec: DecodeSpec, table_SxJ, state: SlotState, draft_SxK, count_S) -> SlotState:
+    """One speculative step (`speculative`): each slot feeds its pending token and its `count_S` draft tokens at
+    positions L .. L+count in one paged forward, draws a token at every position as `_step` would, and keeps the
+    draws up to the first one that differs from the draft (1 to count+1 tokens; EOS, budget and capacity stop a row
+    exactly where a plain step would)."""
+    S, K = draft_SxK.shape
+    C = K + 1
+    active = ~state.done_S
+    steps_1xC = jnp.arange(C, dtype=jnp.int32)[None, :]
+    tokens = jnp.concatenate([state.pending_S[:, None], draft_SxK], axis=1)
+    positions = state.length_S[:, None] + steps_1xC
+    real = (steps_1xC <= count_S[:, None]) & (positions < state.capacity_S[:, None])
+    x, pools = paged_forward(model, state.pools, table_SxJ, tokens, positions, real)
+    logits = model.logits(model.final_norm(x).reshape(S * C, x.shape[-1]))
+    keys = jax.random.wrap_key_data(jnp.repeat(state.keys_Sx2, C, axis=0))
+    drawn = choose_tokens(logits, keys, (positions + 1).reshape(-1), spec=spec, temperature=state.temperature,
+                          top_p=state.top_p)
+    tok, slp, mlp = (d.reshape(S, C) for d in drawn)
+    state = state.replace(pools=pools)
+    alive = active
+    for c in range(C):
+        state = state.replace(length_S=jnp.where(alive, state.length_S + 1, state.length_S))
+        state = _record(state, tok[:, c], slp[:, c], mlp[:, c], alive)
+        if c < K:
+            alive = alive & ~state.done_S & (c < count_S) & (draft_SxK[:, c] == tok[:, c])
+    return state
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "spec", "speculate", "ngram"), donate_argnums=(2,))
 def decode_chunk(graphdef, params, state: SlotState, slot_ids_A, table_AxJ, num_steps, *,
-                 spec: DecodeSpec) -> SlotState:
+                 spec: DecodeSpec, speculate: int = 0, ngram: tuple[int, int] = (1, 3)) -> SlotState:
     """Up to `num_steps` decode steps of the A slots `slot_ids_A` (distinct; every running slot among them,
     the rest done) with their block tables `table_AxJ`. The step's batch is A, not S: as rows finish and
     the queue empties, the host passes smaller A buckets, so the long tail of a rollout decodes a few rows,
     not all slots (the keys and values stay where they are: the tables address them). One compile per
-    (A, J) bucket; the step count is traced."""
+    (A, J) bucket; the step count is traced. speculate=k > 0: a step whose rows have a prompt-lookup draft
+    (`speculative.propose`, n-gram sizes `ngram`) verifies up to k draft tokens per row (`_verify_step`), a step
+    where none has one is a plain step; the table must then cover k more positions per step."""
     model = nnx.merge(graphdef, params)
     sub = state.replace(**{f: getattr(state, f)[slot_ids_A] for f in _PER_SLOT})
 
@@ -176,7 +221,14 @@ def decode_chunk(graphdef, params, state: SlotState, slot_ids_A, table_AxJ, num_
 
     def body(carry):
         step, s = carry
-        return step + 1, _step(model, spec, table_AxJ, s)
+        s = s.replace(passes=s.passes + 1)
+        if not speculate:
+            return step + 1, _step(model, spec, table_AxJ, s)
+        draft, count = propose(s.context_SxW, s.length_S, k=speculate, ngram_min=ngram[0], ngram_max=ngram[1])
+        count = jnp.where(s.done_S, 0, count)
+        s = jax.lax.cond(jnp.any(count > 0), lambda s: _verify_step(model, spec, table_AxJ, s, draft, count),
+                         lambda s: _step(model, spec, table_AxJ, s), s)
+        return step + 1, s
 
     _, sub = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), sub))
     return sub.replace(**{f: getattr(state, f).at[slot_ids_A].set(getattr(sub, f)) for f in _PER_SLOT})
@@ -210,6 +262,10 @@ def prefill_into_slots(graphdef, params, state: SlotState, tokens_PxT, segments_
                                      temperature=state.temperature, top_p=state.top_p)
     hit_eos = jnp.any(tokens[:, None] == state.eos_ids_E[None, :], axis=-1)
     out_of_room = (row_limit_R <= 1) | (lengths_R >= row_capacity_R)
+    W = state.context_SxW.shape[1]
+    context_RxW = jnp.take(tokens_PxT, row_prompt_R, axis=0)[:, :W]
+    context_RxW = jnp.pad(context_RxW, ((0, 0), (0, W - context_RxW.shape[1])))
+    context_RxW = context_RxW.at[jnp.arange(row_slot_R.shape[0]), lengths_R].set(tokens, mode="drop")
     put = lambda arr, val: arr.at[row_slot_R].set(val, mode="drop")  # noqa: E731
     zeros_N = lambda arr, val: arr.at[row_slot_R].set(  # noqa: E731
         jnp.zeros((row_slot_R.shape[0], arr.shape[1]), arr.dtype).at[:, 0].set(val), mode="drop")
@@ -220,7 +276,7 @@ def prefill_into_slots(graphdef, params, state: SlotState, tokens_PxT, segments_
         done_S=put(state.done_S, hit_eos | out_of_room),
         finish_S=put(state.finish_S, jnp.where(hit_eos, EOS, jnp.where(out_of_room, LENGTH, RUNNING))),
         tokens_SxN=zeros_N(state.tokens_SxN, tokens), sample_logp_SxN=zeros_N(state.sample_logp_SxN, slp),
-        model_logp_SxN=zeros_N(state.model_logp_SxN, mlp))
+        model_logp_SxN=zeros_N(state.model_logp_SxN, mlp), context_SxW=put(state.context_SxW, context_RxW))
 
 
 def _paged_attention(attn, q_AxCxHxDh, kp, vp, table_AxJ, positions_AxC):
@@ -246,6 +302,33 @@ def _paged_attention(attn, q_AxCxHxDh, kp, vp, table_AxJ, positions_AxC):
     return out.reshape(A, C, -1, Dh)
 
 
+def paged_forward(model, pools: PagedPools, table_AxJ, tokens_AxC, positions_AxC, real_AxC):
+    """C tokens per slot through the decoder at `positions_AxC`: their keys and values are written through the
+    block tables (positions where `real_AxC` is False, or whose block column is outside the J columns, write into
+    the null block) and each query attends causally over its slot's first J blocks (`_paged_attention`). Returns
+    (hidden [A, C, D] before the final norm, pools). Shared by KV continuation and speculative verification."""
+    A, C = tokens_AxC.shape
+    J = table_AxJ.shape[1]
+    bs = pools.block_size
+    col = positions_AxC // bs
+    real = real_AxC & (col < J)
+    block_M = jnp.where(real, jnp.take_along_axis(table_AxJ, jnp.minimum(col, J - 1), axis=1), NULL_BLOCK).reshape(-1)
+    offset_M = (positions_AxC % bs).reshape(-1)
+    x = jnp.take(model.embed[...], tokens_AxC, axis=0).astype(model.cfg.dtype)  # [A, C, D]
+    cos, sin = rope_tables(positions_AxC, model.inv_freq)
+    new_k, new_v = [], []
+    for i, block in enumerate(model.layers):
+        q, k, v = layer_qkv(block, x, cos, sin)  # [A, C, H|KV, Dh]
+        flat = lambda t: jnp.swapaxes(t.reshape(A * C, *t.shape[2:]), 0, 1)  # noqa: E731  [KV, A*C, Dh]
+        kp = write_tokens(pools.k[i], flat(k), block_M, offset_M)
+        vp = write_tokens(pools.v[i], flat(v), block_M, offset_M)
+        new_k.append(kp)
+        new_v.append(vp)
+        x = x + block.attn.o_proj(_paged_attention(block.attn, q, kp, vp, table_AxJ, positions_AxC))
+        x = x + block.mlp(block.mlp_norm(x))
+    return x, PagedPools(k=tuple(new_k), v=tuple(new_v))
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "spec"), donate_argnums=(2,))
 def extend_slots(graphdef, params, state: SlotState, slot_ids_A, table_AxJ, tokens_AxC, start_A, lengths_A, limit_A,
                  *, spec: DecodeSpec) -> SlotState:
@@ -258,37 +341,22 @@ def extend_slots(graphdef, params, state: SlotState, slot_ids_A, table_AxJ, toke
     count/done/finish/token buffers reset. One compile per (A, C, J) bucket."""
     model = nnx.merge(graphdef, params)
     A, C = tokens_AxC.shape
-    J = table_AxJ.shape[1]
-    pools = state.pools
-    bs = pools.block_size
     steps_1xC = jnp.arange(C, dtype=jnp.int32)[None, :]
     positions = start_A[:, None] + steps_1xC  # [A, C]
-    col = positions // bs
-    real = (steps_1xC < lengths_A[:, None]) & (col < J)
-    block_M = jnp.where(real, jnp.take_along_axis(table_AxJ, jnp.minimum(col, J - 1), axis=1), NULL_BLOCK).reshape(-1)
-    offset_M = (positions % bs).reshape(-1)
-    x = jnp.take(model.embed[...], tokens_AxC, axis=0).astype(model.cfg.dtype)  # [A, C, D]
-    cos, sin = rope_tables(positions, model.inv_freq)
-    new_k, new_v = [], []
-    for i, block in enumerate(model.layers):
-        q, k, v = layer_qkv(block, x, cos, sin)  # [A, C, H|KV, Dh]
-        flat = lambda t: jnp.swapaxes(t.reshape(A * C, *t.shape[2:]), 0, 1)  # noqa: E731  [KV, A*C, Dh]
-        kp = write_tokens(pools.k[i], flat(k), block_M, offset_M)
-        vp = write_tokens(pools.v[i], flat(v), block_M, offset_M)
-        new_k.append(kp)
-        new_v.append(vp)
-        x = x + block.attn.o_proj(_paged_attention(block.attn, q, kp, vp, table_AxJ, positions))
-        x = x + block.mlp(block.mlp_norm(x))
+    real = steps_1xC < lengths_A[:, None]
+    x, pools = paged_forward(model, state.pools, table_AxJ, tokens_AxC, positions, real)
     last = jnp.take_along_axis(x, jnp.maximum(lengths_A - 1, 0)[:, None, None], axis=1)  # [A, 1, D]
     logits = model.logits(model.final_norm(last)[:, 0])
     length = start_A + lengths_A
     N = state.tokens_SxN.shape[1]
-    sub = state.replace(pools=PagedPools(k=tuple(new_k), v=tuple(new_v)),
+    sub = state.replace(pools=pools,
                         **{f: jnp.take(getattr(state, f), slot_ids_A, axis=0, mode="clip") for f in _PER_SLOT})
+    W = sub.context_SxW.shape[1]
+    context = sub.context_SxW.at[jnp.arange(A)[:, None], jnp.where(real, positions, W)].set(tokens_AxC, mode="drop")
     sub = sub.replace(length_S=length, count_S=jnp.zeros((A,), jnp.int32), limit_S=limit_A,
                       done_S=jnp.zeros((A,), bool), finish_S=jnp.full((A,), RUNNING, jnp.int32),
                       tokens_SxN=jnp.zeros((A, N), jnp.int32), sample_logp_SxN=jnp.zeros((A, N), jnp.float32),
-                      model_logp_SxN=jnp.zeros((A, N), jnp.float32))
+                      model_logp_SxN=jnp.zeros((A, N), jnp.float32), context_SxW=context)
     drawn = choose_tokens(logits, _keys(sub), length, spec=spec, temperature=state.temperature, top_p=state.top_p)
     sub = _record(sub, *drawn, jnp.ones((A,), bool))
     return sub.replace(**{f: getattr(state, f).at[slot_ids_A].set(getattr(sub, f), mode="drop") for f in _PER_SLOT})

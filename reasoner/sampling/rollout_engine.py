@@ -86,17 +86,29 @@ class RolloutEngine:
     slots: rows decoded at once. block_size: positions per KV block. num_blocks: pool size
     (None: sized from the queued work). chunk_steps: decode steps between host checks (a finished
     row waits at most this many steps for its slot to be refilled). max_len: the longest row
-    (prompt + tokens) of a request that does not name its own `max_len`.
+    (prompt + tokens) of a request that does not name its own `max_len`. speculate: draft tokens a decode
+    step may verify per row by prompt lookup (0: off; see `speculative`: the same tokens, fewer steps where
+    outputs repeat their prompt or themselves). ngram: (smallest, largest) n-gram the lookup matches.
+    draft_budget: tokens one verification pass may feed in all: a chunk of A slots drafts
+    min(speculate, draft_budget // A - 1) tokens per row (none when that is 0), because a pass over many rows is
+    compute-bound and a rejected draft costs real work there (SmolLM2 on 2 CPU cores: 8 tokens a pass at batch 1,
+    4 at batch 16 were best; see the README).
     """
 
     def __init__(self, model, tokenizer=None, *, slots: int = 32, block_size: int = 16, num_blocks: int | None = None,
-                 chunk_steps: int = 8, max_len: int = DEFAULT_MAX_LEN):
+                 chunk_steps: int = 8, max_len: int = DEFAULT_MAX_LEN, speculate: int = 0,
+                 ngram: tuple[int, int] = (1, 3), draft_budget: int = 64):
         for name, value, low in (("slots", slots, 1), ("block_size", block_size, 1), ("chunk_steps", chunk_steps, 1),
-                                 ("max_len", max_len, 2)):
+                                 ("max_len", max_len, 2), ("speculate", speculate, 0), ("draft_budget", draft_budget, 2)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r}: expected an int >= {low}")
         if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 2):
             raise ValueError(f"num_blocks={num_blocks!r}: expected None or an int >= 2")
+        if (not isinstance(ngram, tuple) or len(ngram) != 2 or not all(isinstance(g, int) for g in ngram)
+                or not 1 <= ngram[0] <= ngram[1]):
+            raise ValueError(f"ngram={ngram!r}: expected (smallest, largest) n-gram sizes, 1 <= smallest <= largest")
+        self.speculate, self.ngram, self.draft_budget = speculate, ngram, draft_budget
+        self._context = 1  # positions of each slot's tokens the device keeps (for speculation's lookup)
         self.cfg = model.cfg
         self.graphdef, self.params = nnx.split(model)
         self.tokenizer = tokenizer
@@ -274,15 +286,19 @@ class RolloutEngine:
             self.sched.alloc = BlockAllocator(self.fixed_blocks)
             self.state = None
         longest = _pow2(max(max(r.budgets) for r in q))
+        context = _pow2(max(max(r.capacities) for r in q)) if self.speculate else 1
         dist = head.distribution
-        if self.state is None or longest > self._max_new or dist != self.sched.distribution:
+        if (self.state is None or longest > self._max_new or dist != self.sched.distribution
+                or context > self._context):
             pools = self.state.pools if self.state is not None else empty_pools(
                 self.cfg, num_blocks=self.sched.alloc.num_blocks, block_size=self.block_size)
             self._max_new = max(longest, self._max_new if self.state is not None else 0)
+            self._context = max(context, self._context if self.state is not None else 1)
             key_width = jax.random.key_data(jax.random.key(0)).shape[-1]
             self.state = dev.empty_state(pools, slots=self.slots, max_new=self._max_new,
                                          eos_ids_E=np.asarray(dist.eos_ids or (-1,), np.int32),
-                                         temperature=dist.temperature, top_p=dist.top_p, key_width=key_width)
+                                         temperature=dist.temperature, top_p=dist.top_p, key_width=key_width,
+                                         context=self._context)
             self.sched.distribution = dist
 
     def _admit(self) -> None:
@@ -333,11 +349,12 @@ class RolloutEngine:
     def _decode_chunk(self, steps: int | None = None) -> None:
         steps = steps or self.chunk_steps
         lengths = np.asarray(jax.device_get(self.state.length_S))
-        J = self.sched.live_blocks(lengths, steps)
         slot_ids = self.sched.step_slots()
+        draft = max(min(self.speculate, self.draft_budget // len(slot_ids) - 1), 0)
+        J = self.sched.live_blocks(lengths, steps * (draft + 1))  # a step may advance 1 + draft positions
         table = self.sched.table[slot_ids, :J]
         self.state = dev.decode_chunk(self.graphdef, self.params, self.state, slot_ids, table, steps,
-                                      spec=self.sched.distribution.spec)
+                                      spec=self.sched.distribution.spec, speculate=draft, ngram=self.ngram)
         self.stats["decode_chunks"] += 1
 
     def _harvest(self) -> None:
