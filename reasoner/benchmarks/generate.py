@@ -147,7 +147,9 @@ def _speculative_row(model, tokenizer, prompts, params, args, outputs, run_their
     from reasoner.sampling.rollout_engine import RolloutEngine
 
     batch, N = len(prompts), params.max_new_tokens
-    engine = RolloutEngine(model, tokenizer, slots=batch, chunk_steps=N, speculate=args.speculate)
+    # the engine's default chunks (not one chunk of N steps): a row that finishes early leaves the batch, and the
+    # rows left may draft more tokens a pass (`draft_budget`)
+    engine = RolloutEngine(model, tokenizer, slots=batch, speculate=args.speculate)
     first = engine.generate(prompts, params)  # compile
     row = {"engine_spec_k": args.speculate,
            "engine_spec_same_tokens": all(np.array_equal(a.tokens, b.tokens) for a, b in zip(first, outputs["ours"])),

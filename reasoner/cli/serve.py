@@ -33,6 +33,10 @@ def register(subparsers) -> None:
                    help="static: the jitted sampler, requests arriving within --batch-wait-ms share a batch that "
                         "decodes to its longest row; paged: the continuous-batching engine (a request joins the "
                         "running rows within one decode chunk; per-request budgets, stops and seeds)")
+    p.add_argument("--speculate", type=int, default=0,
+                   help="paged engine: draft tokens a decode step verifies per row by prompt lookup (the same tokens "
+                        "in fewer steps where answers repeat the prompt; pays most with few concurrent requests; "
+                        "0 = off)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="weights and activations")
     p.add_argument("--verbose", action="store_true", help="also log every HTTP request")
     p.set_defaults(func=run)
@@ -47,6 +51,11 @@ def _check(args) -> None:
         raise ValueError(f"--port={args.port}: expected at most 65535")
     if args.batch_wait_ms < 0:
         raise ValueError(f"--batch-wait-ms={args.batch_wait_ms}: expected a number >= 0")
+    if args.speculate < 0:
+        raise ValueError(f"--speculate={args.speculate}: expected an integer >= 0")
+    if args.speculate and args.engine != "paged":
+        raise ValueError(f"--speculate={args.speculate}: speculative decoding runs on the paged engine, not "
+                         f"--engine {args.engine}")
     if args.max_len is not None and args.max_len < 2:
         raise ValueError(f"--max-len={args.max_len}: expected an integer >= 2")
 
@@ -74,7 +83,7 @@ def run(args) -> int:
     server = build_server(model, tokenizer, model_name=source.name, host=args.host, port=args.port,
                           max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms, max_len=max_len,
                           default_max_tokens=args.default_max_tokens, max_body_bytes=args.max_body_bytes,
-                          engine=args.engine)
+                          engine=args.engine, speculate=args.speculate)
     closing = threading.Event()
 
     def stop(signum, _frame):

@@ -99,7 +99,8 @@ class RolloutEngine:
                  chunk_steps: int = 8, max_len: int = DEFAULT_MAX_LEN, speculate: int = 0,
                  ngram: tuple[int, int] = (1, 3), draft_budget: int = 64):
         for name, value, low in (("slots", slots, 1), ("block_size", block_size, 1), ("chunk_steps", chunk_steps, 1),
-                                 ("max_len", max_len, 2), ("speculate", speculate, 0), ("draft_budget", draft_budget, 2)):
+                                 ("max_len", max_len, 2), ("speculate", speculate, 0),
+                                 ("draft_budget", draft_budget, 2)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r}: expected an int >= {low}")
         if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 2):

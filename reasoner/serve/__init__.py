@@ -24,16 +24,21 @@ __all__ = ["Backend", "Batcher", "ChatService", "GenRequest", "SamplerBackend", 
 
 def build_server(model, tokenizer, *, model_name: str, host: str = "127.0.0.1", port: int = 8000,
                  max_batch: int = 16, batch_wait_ms: float = 20.0, max_len: int = 2048, default_max_tokens: int = 512,
-                 max_body_bytes: int = 4 << 20, backend: Backend | None = None, engine: str = "static") -> Server:
+                 max_body_bytes: int = 4 << 20, backend: Backend | None = None, engine: str = "static",
+                 speculate: int = 0) -> Server:
     """A ready (not yet serving) `Server` over `model` (an NNX Decoder) or a given `backend`.
 
     max_batch: rows (samples, counting n) decoded together; batch_wait_ms: how long a batch collects requests;
     max_len: cache slots per row (prompt + max_tokens must fit); port 0 picks a free port (see `server.url`);
-    engine: "static" (`reasoner.sampling.Sampler`) or "paged" (the continuous-batching `RolloutEngine`)."""
+    engine: "static" (`reasoner.sampling.Sampler`) or "paged" (the continuous-batching `RolloutEngine`);
+    speculate: the paged engine's prompt-lookup draft tokens per step (`reasoner.sampling.speculative`; 0 = off)."""
+    if speculate and engine != "paged":
+        raise ValueError(f"speculate={speculate}: speculative decoding runs on engine='paged', not {engine!r}")
     if backend is None and engine == "paged":
         from reasoner.serve.engine_loop import EngineLoop, server_engine
 
-        loop = EngineLoop(lambda: server_engine(model, tokenizer, slots=max_batch, max_len=max_len), max_len=max_len)
+        loop = EngineLoop(lambda: server_engine(model, tokenizer, slots=max_batch, max_len=max_len,
+                                                speculate=speculate), max_len=max_len)
         backend, batcher = loop, loop
     elif engine not in ("static", "paged"):
         raise ValueError(f"engine={engine!r}: expected 'static' or 'paged'")

@@ -113,7 +113,8 @@ class EngineLoop(JobQueue):
         self.most_running = max(self.most_running, len(self._live))
 
 
-def server_engine(model, tokenizer, *, slots: int, max_len: int, block_size: int = 16, chunk_steps: int = 4):
+def server_engine(model, tokenizer, *, slots: int, max_len: int, block_size: int = 16, chunk_steps: int = 4,
+                  speculate: int = 0):
     """A `RolloutEngine` for `EngineLoop`: `slots` decode slots and a fixed pool with room for every slot's whole
     row (see module docstring). chunk_steps 4 (the engine's default is 8): a server's rows end at many different
     budgets, and a row that ends inside a chunk idles to the chunk's end while its client waits."""
@@ -121,4 +122,4 @@ def server_engine(model, tokenizer, *, slots: int, max_len: int, block_size: int
 
     blocks = slots * -(-int(max_len) // block_size) + 1
     return RolloutEngine(model, tokenizer, slots=slots, block_size=block_size, num_blocks=blocks, max_len=max_len,
-                         chunk_steps=chunk_steps)
+                         chunk_steps=chunk_steps, speculate=speculate)

@@ -5,6 +5,7 @@ import argparse
 import json
 
 import numpy as np
+import pytest
 
 from reasoner.benchmarks.rollout import budgets
 from reasoner.benchmarks.train_common import gemm_flops, step_gemms
@@ -29,12 +30,13 @@ def test_rollout_budgets_are_seeded_capped_geometric_draws():
     assert abs(plan.mean() - 16 * (1 - (15 / 16) ** 64)) < 4 * 15.5 / np.sqrt(plan.size)
 
 
-def test_generate_cli_on_the_engine_writes_the_static_batches_lines(small_vocab_model, tmp_path):
+@pytest.mark.parametrize("speculate", [0, 3])
+def test_generate_cli_on_the_engine_writes_the_static_batches_lines(small_vocab_model, tmp_path, speculate):
     from reasoner.cli.generate import _run_engine
 
     prompts = [[5, 17, 9, 23, 2, 11, 7], [12, 3], [8, 8, 20, 1, 19], [3, 1, 4]]
     params = SamplingParams(max_new_tokens=6, temperature=1.0, n=2, seed=7, eos_ids=())
-    args = argparse.Namespace(batch_size=3, max_len=None, output=str(tmp_path / "out.jsonl"))
+    args = argparse.Namespace(batch_size=3, max_len=None, output=str(tmp_path / "out.jsonl"), speculate=speculate)
     assert _run_engine(args, small_vocab_model, None, prompts, params, total=48) == 0
     lines = [json.loads(line) for line in open(args.output)]
     sampler = Sampler(small_vocab_model)

@@ -91,3 +91,24 @@ def test_a_request_the_engine_refuses_fails_alone(tiny_model, tokenizer):
             loop.submit(GenRequest(prompt_ids=(5,), params=SamplingParams(max_new_tokens=4, n=3)))
     finally:
         loop.close(60)
+
+
+def test_a_speculating_server_answers_what_the_static_sampler_draws(tiny_model, tokenizer):
+    """`reasoner serve --speculate 4`: greedy, streamed and seeded sampled answers are the static sampler's."""
+    running = start_server(tiny_model, tokenizer, engine="paged", max_batch=4, batch_wait_ms=50, max_len=128,
+                           speculate=4)
+    try:
+        client, sampler, prompt = running.client, Sampler(tiny_model, tokenizer), chat_ids(tokenizer, MESSAGES)
+        (greedy,) = sampler.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=24))
+        out = client.chat.completions.create(model="m", messages=MESSAGES, temperature=0, max_tokens=24)
+        assert out.choices[0].message.content == greedy.text
+        chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, temperature=0, max_tokens=24,
+                                                     stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == greedy.text
+        sampled = sampler.generate([prompt], SamplingParams(temperature=1.0, n=2, seed=3, max_new_tokens=8))
+        out = client.chat.completions.create(model="m", messages=MESSAGES, temperature=1.0, n=2, seed=3, max_tokens=8)
+        assert [c.message.content for c in out.choices] == [s.text for s in sampled]
+    finally:
+        running.close()
+    with pytest.raises(ValueError, match="paged"):
+        start_server(tiny_model, tokenizer, engine="static", speculate=4)
