@@ -1,7 +1,8 @@
 """The static sampler and the rollout engine on the real SmolLM2-135M-Instruct (f32), in one pass: greedy tokens
 equal transformers' greedy `generate` for every prompt (the engine with fewer slots than prompts, so rows refill
 slots mid-run, and a block size that splits the prompts' last blocks); each one's log-probs equal the
-teacher-forced forward's within the float32 error at SmolLM2's depth (`tests.tolerances.logprob_atol`)."""
+teacher-forced forward's within the float32 error at SmolLM2's depth (`tests.tolerances.logprob_atol`). The engine
+with prompt-lookup speculation (`speculate=6`) too, in fewer decode passes than tokens."""
 
 import numpy as np
 import pytest
@@ -35,6 +36,8 @@ def test_sampler_and_engine_greedy_match_transformers_and_logprobs_match_forward
     engine = RolloutEngine(smollm2, tokenizer, slots=4, block_size=16, chunk_steps=8)
     paged = engine.generate(prompts, params)
     assert engine.stats["prefill_calls"] >= 2  # 6 prompts through 4 slots
+    speculating = RolloutEngine(smollm2, tokenizer, slots=4, block_size=16, chunk_steps=8, speculate=6)
+    drafted = speculating.generate(prompts, params)
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
@@ -42,14 +45,15 @@ def test_sampler_and_engine_greedy_match_transformers_and_logprobs_match_forward
         out = smollm2_torch.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
                                      eos_token_id=list(eos), pad_token_id=tokenizer.pad_token_id)
     compared = 0
-    for i, (prompt, s, e) in enumerate(zip(prompts, static, paged)):
+    for i, (prompt, s, e, d) in enumerate(zip(prompts, static, paged, drafted)):
         theirs = out[i, width:].tolist()
         stop = next((j + 1 for j, t in enumerate(theirs) if t in eos), len(theirs))
         want = theirs[:stop]
         assert list(s.tokens) == want, f"prompt {i}: sampler {s.text!r} vs {tokenizer.decode(want)!r}"
         assert list(e.tokens) == want, f"prompt {i}: engine {e.text!r} vs {tokenizer.decode(want)!r}"
+        assert list(d.tokens) == want, f"prompt {i}: speculating engine {d.text!r} vs {tokenizer.decode(want)!r}"
         finish = "eos" if want and want[-1] in eos else "length"
-        assert s.finish_reason == e.finish_reason == finish
+        assert s.finish_reason == e.finish_reason == d.finish_reason == finish
         compared += len(want)
         full = prompt + want
         logits = teacher_forced_logits(smollm2, full)[len(prompt) - 1: len(full) - 1]
@@ -57,7 +61,9 @@ def test_sampler_and_engine_greedy_match_transformers_and_logprobs_match_forward
         atol = logprob_atol(logits, smollm2.cfg, seq_len=len(full))
         np.testing.assert_allclose(s.model_logprobs, forward, atol=atol, err_msg=f"sampler, prompt {i}")
         np.testing.assert_allclose(e.model_logprobs, forward, atol=atol, err_msg=f"engine, prompt {i}")
+        np.testing.assert_allclose(d.model_logprobs, forward, atol=atol, err_msg=f"speculating engine, prompt {i}")
     assert compared >= 6 * 16  # the chat answers are not all trivially short
+    assert int(speculating.state.passes) < int(engine.state.passes)  # drafts were accepted
 
 
 @pytest.mark.slow
