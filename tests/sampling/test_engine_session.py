@@ -139,28 +139,36 @@ def test_extend_errors_are_the_static_sessions(tiny_model, tokenizer, paged):
     no_room.close()
 
 
-def test_continuation_respects_sliding_window_layers():
-    """A window of 4 positions in every layer (Mistral-style): turns and appends run past it; the engine's paged
-    continuation masks what the static Session's cache masks, and the window changes what is drawn."""
+def windowed_decoder(*, seed: int = 1):
+    """The SMALL_VOCAB decoder with a window of 4 positions in every layer (Mistral-style)."""
     import dataclasses
 
     from tests.models_shared import SMALL_VOCAB, random_decoder
 
-    windowed = random_decoder(dataclasses.replace(SMALL_VOCAB, sliding_window=4, sliding_layers=None), seed=1,
-                              scale=3.0)
+    return random_decoder(dataclasses.replace(SMALL_VOCAB, sliding_window=4, sliding_layers=None), seed=seed,
+                          scale=3.0)
+
+
+def windowed_turns(gen) -> list[list[list[int]]]:
+    """Three greedy turns of two rows whose turns and appends run past a 4-position window; the tokens of each."""
     params = SamplingParams(max_new_tokens=6, temperature=0.0, eos_ids=())
-    prompts = [[5, 17, 9, 23, 2, 11, 7], [12, 3]]
+    session = gen.start([[5, 17, 9, 23, 2, 11, 7], [12, 3]], params, max_len=48, reserve=8)
+    out = [session.run()]
+    session.extend({0: [1, 2, 3, 4, 5, 6, 7, 8, 9], 1: [4]}, max_new_tokens=7)
+    out.append(session.run())
+    session.extend({1: [20, 21, 22, 23, 1, 2]}, max_new_tokens=7)
+    out.append(session.run())
+    session.close()
+    return [[c.tokens.tolist() for c in t] for t in out]
 
-    def turns(gen):
-        session = gen.start(prompts, params, max_len=48, reserve=8)
-        out = [session.run()]
-        session.extend({0: [1, 2, 3, 4, 5, 6, 7, 8, 9], 1: [4]}, max_new_tokens=7)
-        out.append(session.run())
-        session.extend({1: [20, 21, 22, 23, 1, 2]}, max_new_tokens=7)
-        out.append(session.run())
-        return [[c.tokens.tolist() for c in t] for t in out]
 
-    got = turns(RolloutEngine(windowed, slots=2, block_size=4, chunk_steps=3))
-    assert got == turns(Sampler(windowed))
+def test_continuation_respects_sliding_window_layers():
+    """A window of 4 positions in every layer: the engine's paged continuation masks what the static Session's cache
+    masks, and the window changes what is drawn."""
+    from tests.models_shared import SMALL_VOCAB, random_decoder
+
+    windowed = windowed_decoder()
+    got = windowed_turns(RolloutEngine(windowed, slots=2, block_size=4, chunk_steps=3))
+    assert got == windowed_turns(Sampler(windowed))
     # the same weights without the window: other tokens somewhere, so the masks above mattered
-    assert got != turns(Sampler(random_decoder(SMALL_VOCAB, seed=1, scale=3.0)))
+    assert got != windowed_turns(Sampler(random_decoder(SMALL_VOCAB, seed=1, scale=3.0)))

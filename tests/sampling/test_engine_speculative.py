@@ -4,8 +4,6 @@ forward's float32 bound) log-probs of the engine without it and of the static sa
 EOS, budgets, a full cache, stop strings, a sliding window and multi-turn sessions, while running fewer decode
 passes than it draws tokens (drafts were accepted, so the verification path ran)."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -13,6 +11,7 @@ from reasoner.sampling import Sampler, SamplingParams
 from reasoner.sampling.rollout_engine import RolloutEngine
 from reasoner.sampling.speculative import propose
 from tests.sampling.conftest import teacher_forced_logits
+from tests.sampling.test_engine_session import windowed_decoder, windowed_turns
 from tests.sampling.test_sampling_continuation import _stop_string_from
 from tests.tolerances import logprob_atol
 
@@ -116,26 +115,12 @@ def test_stop_strings_end_rows_like_the_static_sampler(tiny_model, tokenizer):
 
 
 def test_sliding_window_and_multi_turn_sessions():
-    """A window of 4 positions (Mistral-style) masks what plain decoding masks inside a verification pass, and a
-    session's appended tokens enter the lookup's context (turn 2 drafts from them)."""
-    from tests.models_shared import SMALL_VOCAB, random_decoder
-
-    windowed = random_decoder(dataclasses.replace(SMALL_VOCAB, sliding_window=4, sliding_layers=None), seed=1,
-                              scale=3.0)
-    params = SamplingParams(max_new_tokens=10, temperature=0.0, eos_ids=())
-    prompts = [[5, 17, 9, 23, 5, 17, 9], [12, 3]]
-
-    def turns(gen):
-        session = gen.start(prompts, params, max_len=64, reserve=12)
-        out = [session.run()]
-        session.extend({0: [1, 2, 3, 1, 2, 3, 1, 2, 3], 1: [4, 4, 4]}, max_new_tokens=10)
-        out.append(session.run())
-        session.close()
-        return [[c.tokens.tolist() for c in t] for t in out]
-
-    fast = RolloutEngine(windowed, slots=2, block_size=4, chunk_steps=3, speculate=4)
-    assert turns(fast) == turns(Sampler(windowed))
-    assert int(fast.state.passes) < 2 * 2 * 10 / 2  # drafts were accepted in these repetitive turns
+    """A window of 4 positions (Mistral-style) masks inside a verification pass what plain decoding masks, across
+    three turns of a session whose appended tokens enter the lookup's context."""
+    fast = RolloutEngine(windowed_decoder(), slots=2, block_size=4, chunk_steps=3, speculate=4)
+    got = windowed_turns(fast)
+    assert got == windowed_turns(Sampler(windowed_decoder()))
+    assert int(fast.state.passes) < sum(len(t) for turn in got for t in turn)  # drafts were accepted
 
 
 def test_bad_speculation_settings_are_refused(small_vocab_model):

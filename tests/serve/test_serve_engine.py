@@ -21,19 +21,25 @@ def paged_server(tiny_model, tokenizer):
     running.close()
 
 
-def test_greedy_stream_and_seeded_samples_equal_the_static_sampler(paged_server, tiny_model, tokenizer):
-    client = paged_server.client
-    sampler = Sampler(tiny_model, tokenizer)
+def _answers_are_the_static_samplers(client, model, tokenizer, *, greedy_tokens, n, seed, sampled_tokens):
+    """A greedy answer, the same streamed, and n seeded samples equal what the static sampler draws."""
+    sampler = Sampler(model, tokenizer)
     prompt = chat_ids(tokenizer, MESSAGES)
-    (greedy,) = sampler.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=10))
-    out = client.chat.completions.create(model="m", messages=MESSAGES, temperature=0, max_tokens=10)
-    assert out.choices[0].message.content == greedy.text and out.usage.completion_tokens == 10
-    chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, temperature=0, max_tokens=10,
-                                                 stream=True))
+    (greedy,) = sampler.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=greedy_tokens))
+    out = client.chat.completions.create(model="m", messages=MESSAGES, temperature=0, max_tokens=greedy_tokens)
+    assert out.choices[0].message.content == greedy.text and out.usage.completion_tokens == greedy.num_tokens
+    chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, temperature=0,
+                                                 max_tokens=greedy_tokens, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == greedy.text
-    sampled = sampler.generate([prompt], SamplingParams(temperature=1.0, n=4, seed=5, max_new_tokens=6))
-    out = client.chat.completions.create(model="m", messages=MESSAGES, temperature=1.0, n=4, seed=5, max_tokens=6)
+    sampled = sampler.generate([prompt], SamplingParams(temperature=1.0, n=n, seed=seed, max_new_tokens=sampled_tokens))
+    out = client.chat.completions.create(model="m", messages=MESSAGES, temperature=1.0, n=n, seed=seed,
+                                         max_tokens=sampled_tokens)
     assert [c.message.content for c in out.choices] == [s.text for s in sampled]
+
+
+def test_greedy_stream_and_seeded_samples_equal_the_static_sampler(paged_server, tiny_model, tokenizer):
+    _answers_are_the_static_samplers(paged_server.client, tiny_model, tokenizer, greedy_tokens=10, n=4, seed=5,
+                                     sampled_tokens=6)
 
 
 def _ask(client, answers, key, done_at, **kw):
@@ -98,16 +104,8 @@ def test_a_speculating_server_answers_what_the_static_sampler_draws(tiny_model, 
     running = start_server(tiny_model, tokenizer, engine="paged", max_batch=4, batch_wait_ms=50, max_len=128,
                            speculate=4)
     try:
-        client, sampler, prompt = running.client, Sampler(tiny_model, tokenizer), chat_ids(tokenizer, MESSAGES)
-        (greedy,) = sampler.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=24))
-        out = client.chat.completions.create(model="m", messages=MESSAGES, temperature=0, max_tokens=24)
-        assert out.choices[0].message.content == greedy.text
-        chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, temperature=0, max_tokens=24,
-                                                     stream=True))
-        assert "".join(c.choices[0].delta.content or "" for c in chunks) == greedy.text
-        sampled = sampler.generate([prompt], SamplingParams(temperature=1.0, n=2, seed=3, max_new_tokens=8))
-        out = client.chat.completions.create(model="m", messages=MESSAGES, temperature=1.0, n=2, seed=3, max_tokens=8)
-        assert [c.message.content for c in out.choices] == [s.text for s in sampled]
+        _answers_are_the_static_samplers(running.client, tiny_model, tokenizer, greedy_tokens=24, n=2, seed=3,
+                                         sampled_tokens=8)
     finally:
         running.close()
     with pytest.raises(ValueError, match="paged"):
