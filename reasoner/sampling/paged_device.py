@@ -56,8 +56,8 @@ class SlotState:
     `capacity` stops with LENGTH). keys_Sx2: raw PRNG key data per slot. done_S / finish_S.
     context_SxW: the token at each position of the slot (prompt, appended and drawn tokens, the pending one
     included) for the first W positions, what speculative decoding drafts from (`speculative`); W is 1 when the
-    engine does not speculate (writes past W are dropped). passes: decode forward passes run (a counter for
-    tokens per pass).
+    engine does not speculate (writes past W are dropped). passes: decode forward passes run; accepted: draft tokens
+    kept (over all rows; a speculating pass keeps 1 + its row's accepted draft tokens).
     """
 
     pools: PagedPools
@@ -77,6 +77,7 @@ class SlotState:
     temperature: jax.Array
     top_p: jax.Array
     passes: jax.Array
+    accepted: jax.Array
 
 
 def empty_state(pools: PagedPools, *, slots: int, max_new: int, eos_ids_E, temperature: float, top_p: float,
@@ -89,7 +90,7 @@ def empty_state(pools: PagedPools, *, slots: int, max_new: int, eos_ids_E, tempe
         tokens_SxN=zi(S, N), sample_logp_SxN=jnp.zeros((S, N), jnp.float32),
         model_logp_SxN=jnp.zeros((S, N), jnp.float32), context_SxW=zi(S, context),
         eos_ids_E=jnp.asarray(eos_ids_E, jnp.int32), temperature=jnp.asarray(temperature, jnp.float32),
-        top_p=jnp.asarray(top_p, jnp.float32), passes=jnp.zeros((), jnp.int32))
+        top_p=jnp.asarray(top_p, jnp.float32), passes=jnp.zeros((), jnp.int32), accepted=jnp.zeros((), jnp.int32))
 
 
 def _keys(state: SlotState):
@@ -195,6 +196,8 @@ def _verify_step(model, spec: DecodeSpec, table_SxJ, state: SlotState, draft_SxK
     state = state.replace(pools=pools)
     alive = active
     for c in range(C):
+        if c:
+            state = state.replace(accepted=state.accepted + jnp.sum(alive.astype(jnp.int32)))
         state = state.replace(length_S=jnp.where(alive, state.length_S + 1, state.length_S))
         state = _record(state, tok[:, c], slp[:, c], mlp[:, c], alive)
         if c < K:
@@ -204,7 +207,7 @@ def _verify_step(model, spec: DecodeSpec, table_SxJ, state: SlotState, draft_SxK
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "spec", "speculate", "ngram"), donate_argnums=(2,))
 def decode_chunk(graphdef, params, state: SlotState, slot_ids_A, table_AxJ, num_steps, *,
-                 spec: DecodeSpec, speculate: int = 0, ngram: tuple[int, int] = (1, 3)) -> SlotState:
+                 spec: DecodeSpec, speculate: int = 0, ngram: tuple[int, int] = (2, 3)) -> SlotState:
     """Up to `num_steps` decode steps of the A slots `slot_ids_A` (distinct; every running slot among them,
     the rest done) with their block tables `table_AxJ`. The step's batch is A, not S: as rows finish and
     the queue empties, the host passes smaller A buckets, so the long tail of a rollout decodes a few rows,

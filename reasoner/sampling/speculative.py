@@ -9,7 +9,8 @@ last n tokens are a good guess of what comes next.
 
 The scheme, per row and step (`paged_device._verify_step`):
   1. `propose`: the latest earlier position where the row's last g tokens occur (g from `ngram_max` down to
-     `ngram_min`, the longest that matches wins); the up to k tokens that followed it are the draft.
+     `ngram_min`, the longest that matches wins; 3 and 2 by default, as single tokens recur too often to predict
+     much); the up to k tokens that followed it are the draft.
   2. The pending token and the draft go through the model at positions L .. L+k in one multi-token paged forward
      (`paged_device.paged_forward`, causal): the logits at position L+c are those a plain step would compute once
      the row's first c draft tokens were accepted.
@@ -34,7 +35,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 
-def propose(context_AxW, length_A, *, k: int, ngram_min: int = 1, ngram_max: int = 3):
+def propose(context_AxW, length_A, *, k: int, ngram_min: int = 2, ngram_max: int = 3):
     """Drafts by prompt lookup: (draft_AxK int32, count_A int32).
 
     context_AxW: each row's tokens by position (`SlotState.context_SxW`); length_A: the position of the row's
