@@ -35,6 +35,10 @@ one jitted multi-token forward, so the history is never prefilled again; draws a
 `submit` (evaluation, the server, single-turn GRPO), sessions (multi-turn GRPO rollouts through
 `agents.multiturn.rollout`, the SMT tool loop's `agents.sampler_policy.SamplerPolicy`).
 
+Speculative decoding (`speculate=k`, off by default): a decode step may verify up to k prompt-lookup draft tokens per
+row in one forward and keep those that equal what it draws (`speculative`): the same tokens, fewer steps where outputs
+repeat their prompt or themselves.
+
 Limits today: one device (the static `Sampler` shards params and cache over a mesh; the pool is not
 sharded yet, so callers on a multi-device mesh keep the static Sampler); a request's n samples are
 admitted together (n <= slots); blocks are reserved for a row's whole budget at admission (a session
