@@ -131,7 +131,12 @@ ckpt.save(1, small, data_state={"step": 1}, meta={"trainer": "test", "fingerprin
 ckpt.wait()
 big = {"w": jnp.ones((64, 64)), "b": jnp.ones(7), "step": jnp.asarray(2), "big": jnp.ones((4096, 8192), jnp.float32)}
 ckpt.save(2, big, data_state={"step": 2}, meta={"trainer": "test", "fingerprint": "f0", "step": 2})
-# the async write of 128 MB is under way: die now, as a preempted or OOM-killed trainer would
+# the async write of 128 MB is under way: die once its temporary directory exists (orbax may create it from a
+# background thread, later than save() returns on a loaded machine), as a preempted or OOM-killed trainer would
+import time
+root, deadline = os.path.join(sys.argv[1], "checkpoints"), time.monotonic() + 60
+while not any(n.startswith("2.") for n in os.listdir(root)) and time.monotonic() < deadline:
+    time.sleep(0.001)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
