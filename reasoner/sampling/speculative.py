@@ -47,13 +47,17 @@ def propose(context_AxW, length_A, *, k: int, ngram_min: int = 2, ngram_max: int
     A, W = context_AxW.shape
     L = length_A[:, None]
     ends = jnp.arange(W, dtype=jnp.int32)[None, :]
+    # agree[g-1][a, end]: the g tokens ending at `end` equal the row's last g tokens (one comparison per offset i,
+    # shared by every n-gram size: agree for g is agree for g-1 and the comparison at offset g-1)
+    agree, both = [], jnp.ones((A, W), bool)
+    for i in range(ngram_max):
+        last = jnp.take_along_axis(context_AxW, jnp.clip(L - i, 0, W - 1), axis=1)  # [A, 1]
+        shifted = jnp.pad(context_AxW[:, :W - i], ((0, 0), (i, 0)), constant_values=-1)  # token at end - i
+        both = both & (shifted == last)
+        agree.append(both)
     best = jnp.full((A,), -1, jnp.int32)
     for g in range(ngram_max, ngram_min - 1, -1):
-        match = (ends < L) & (ends >= g - 1) & (L >= g - 1)
-        for i in range(g):
-            last = jnp.take_along_axis(context_AxW, jnp.clip(L - i, 0, W - 1), axis=1)  # [A, 1]
-            shifted = jnp.pad(context_AxW[:, :W - i], ((0, 0), (i, 0)), constant_values=-1)  # token at end - i
-            match = match & (shifted == last)
+        match = agree[g - 1] & (ends < L) & (ends >= g - 1) & (L >= g - 1)
         end = jnp.max(jnp.where(match, ends, -1), axis=1)
         best = jnp.where((best < 0) & (end >= 0), end, best)
     cols = jnp.clip(best[:, None] + 1 + jnp.arange(k, dtype=jnp.int32)[None, :], 0, W - 1)
