@@ -11,8 +11,8 @@ minus our median (compilation and first-touch costs). One JSON object per settin
 prefill has finished) over its steps; with batches 1 and 16 the two rows show how far the batched step is
 from the single-row one. `engine_*` is the rollout engine (`RolloutEngine`, paged cache, `batch` slots).
 `engine_spec_*` is the engine with prompt-lookup speculative decoding (`--speculate k`, see
-`reasoner.sampling.speculative`): `engine_spec_tokens_per_pass` is tokens drawn per decode forward pass (1.0 without
-speculation), `engine_spec_same_tokens` whether every row's tokens equal the static sampler's and
+`reasoner.sampling.speculative`): `engine_spec_tokens_per_pass` is a row's decode tokens over the decode forward
+passes the batch ran (N - 1 over passes: the slowest row's pace at batch > 1; 1.0 without speculation), `engine_spec_same_tokens` whether every row's tokens equal the static sampler's and
 `baseline_same_tokens` whether they equal transformers'. At batch 1 transformers runs its own prompt lookup too
 (`generate(prompt_lookup_num_tokens=k)`, batch 1 only): `baseline_lookup_tok_s` and `engine_spec_ratio_vs_lookup`,
 the like-for-like comparison.

@@ -10,7 +10,7 @@ Rows run in static batches of `--batch-size` prompts; `--engine` runs them on th
 (`reasoner bench rollout`: 2.3x on a long-tailed GRPO-shaped workload); a file of prompts generated to one
 `max_tokens` gains only its live-length attention, and the static path shards over a mesh, so it stays the
 default here. `--speculate k` adds prompt-lookup speculative decoding on the engine
-(`reasoner.sampling.speculative`: the same tokens; 2.6x transformers at batch 1 on `reasoner bench generate`'s
+(`reasoner.sampling.speculative`: the same tokens; 2.9x transformers at batch 1 on `reasoner bench generate`'s
 prompts, whose outputs repeat them). Either way
 prompt i draws with the keys the static batches would give it (seed + its batch's first line, its index in that
 batch), so outputs do not depend on the path.

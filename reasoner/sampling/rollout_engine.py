@@ -94,7 +94,7 @@ class RolloutEngine:
     step may verify per row by prompt lookup (0: off; see `speculative`: the same tokens, fewer steps where
     outputs repeat their prompt or themselves). ngram: (smallest, largest) n-gram the lookup matches; the default
     (2, 3) leaves out single-token matches, which on chat answers that do not repeat drafted often and were mostly
-    rejected (SmolLM2, batch 1: 24.5 against 31.0 tok/s with (1, 3), plain 32.8).
+    rejected (SmolLM2, batch 1, one such answer: 24.5 tok/s with (1, 3), 31.0 with (2, 3), 32.8 without speculation).
     draft_budget: tokens one verification pass may feed in all: a chunk of A slots drafts
     min(speculate, draft_budget // A - 1) tokens per row (none when that is 0), because a pass over many rows is
     compute-bound and a rejected draft costs real work there (SmolLM2 on 2 CPU cores: 8 tokens a pass at batch 1,
