@@ -23,8 +23,8 @@ import random
 
 from search.logic import Atom, Program, Rule
 
-__all__ = ["DeepRDSpec", "DeepRDProblem", "WordGraphProblem", "generate_problem", "generate_split", "problem_context",
-           "rule_sentences", "check_problem", "problem_record", "DEFAULT_SPLIT_SIZES"]
+__all__ = ["DeepRDSpec", "DeepRDProblem", "WordGraphProblem", "generate_problem", "generate_split", "check_problem",
+           "problem_record", "DEFAULT_SPLIT_SIZES"]
 
 DEFAULT_SPLIT_SIZES = {"train": 2000, "validation": 200, "test": 500}
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "gr", "st", "tr", "sl")
@@ -103,16 +103,6 @@ class DeepRDProblem(WordGraphProblem):
     @property
     def words(self) -> tuple[str, ...]:
         return self.vertices
-
-
-def rule_sentences(problem: WordGraphProblem) -> list[str]:
-    """"If someone is u, they are v." for each edge, in program rule order."""
-    return problem.rule_sentences
-
-
-def problem_context(problem: WordGraphProblem) -> str:
-    """Logic-mode theory text: the start fact, then one rule sentence per edge, in program order."""
-    return problem.context
 
 
 def _words(rng: random.Random, count: int) -> list[str]:
@@ -249,8 +239,8 @@ def problem_record(problem: DeepRDProblem, *, cost: str = "max") -> dict:
     violations = check_problem(problem)
     if violations:
         raise ValueError(f"DeepRD problem {problem.id} violates the spec: {'; '.join(violations)}")
-    return make_record(qid=problem.id, context=problem_context(problem), question=problem.question,
+    return make_record(qid=problem.id, context=problem.context, question=problem.question,
                        hg=compile_program(problem.program), goal=problem.goal_atom, depth=problem.lookahead,
                        source={"lookahead": problem.lookahead, "branches": problem.branches,
                                "vertices": len(problem.vertices), "edges": len(problem.edges)},
-                       rule_texts=rule_sentences(problem), cost=cost)
+                       rule_texts=problem.rule_sentences, cost=cost)

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from reasoner.data.deeprd import (DeepRDSpec, check_problem, generate_problem, problem_context, problem_record)
+from reasoner.data.deeprd import DeepRDSpec, check_problem, generate_problem, problem_record
 from reasoner.data.proofwriter_english import parse_statement, parse_theory_text
 from search.astar import shortest_depth
 from tests.data.reference import bfs_distances
@@ -86,7 +86,7 @@ def test_reproducible_by_seed_split_index():
 
 def test_logic_mode_text_parses_back_to_the_program(problems):
     p = problems[0]
-    text = problem_context(p)
+    text = p.context
     assert text.startswith(f"{p.entity} is {p.vertices[p.start]}. If someone is ")
     program, failures = parse_theory_text(text)
     assert failures == [] and program == p.program
