@@ -45,9 +45,7 @@ class SamplerPolicy:
                  max_new_tokens: int = 512, max_len: int = 4096, reserve: int = 128, seed: int = 0,
                  tools: list | None = None, mesh=None, paged: bool | None = None):
         import reasoner.sampling
-        from reasoner.sampling import SamplingParams
-
-        from reasoner.sampling import rollout_engine
+        from reasoner.sampling import SamplingParams, rollout_engine
 
         if paged is None:
             paged = mesh is None and rollout_engine.on_one_device(model)
