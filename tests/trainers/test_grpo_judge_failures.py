@@ -15,7 +15,7 @@ from tests.trainers.test_grpo import one_device_mesh, tiny, tok_dir  # noqa: F40
 from trainers import grpo
 
 TIMEOUT, ERROR, OK = "MARKERTIMEOUT", "MARKERERROR", "MARKEROK"  # outside the policy's vocabulary
-JUDGE_TIMEOUT_S, STUB_DELAY_S = 0.3, 1.5
+JUDGE_TIMEOUT_S, STUB_DELAY_S = 1.0, 3.0  # a 0.3 s timeout also cut good answers on a loaded 2-core CI run
 # A valid coverage judgement with 1 of 2 details addressed: r_cov = 0.5 (Eq. 6).
 VERDICT = {"observation_details": [{"detail": "a", "addressed": True, "evidence": "x"},
                                    {"detail": "b", "addressed": False, "evidence": ""}], "overall_analysis": "ok"}
