@@ -6,10 +6,13 @@ text. Timings are interleaved (ours, baseline, ours, ...) so machine load hits b
 figure is a median of `--repeats` runs after one warm-up. `compile_s` is our first call's time
 minus our median (compilation and first-touch costs). One JSON object per setting:
 {"batch", "prompt_len", "new_tokens", "ours_tok_s", "baseline_tok_s", "ratio", "compile_s",
- "ours_decode_step_ms", "engine_tok_s", "engine_ratio", "engine_decode_step_ms"}.
+ "ours_decode_step_ms", "projection_floor_ms", "engine_tok_s", "engine_ratio", "engine_decode_step_ms"}.
 `*_decode_step_ms` is one decode step of the whole batch: the time of the decode phase alone (after the
 prefill has finished) over its steps; with batches 1 and 16 the two rows show how far the batched step is
-from the single-row one. `engine_*` is the rollout engine (`RolloutEngine`, paged cache, `batch` slots).
+from the single-row one. `projection_floor_ms` is the step's matmuls alone at that batch (projections and the
+vocabulary head over weights of the model's shapes, no attention or sampling: `train_common.decode_matmul_chain`),
+the floor no decode step goes under with XLA's matmuls on this machine: the batch-16 floor over the batch-1 step
+bounds how close the two steps can come, and the baseline's time per token over our floor bounds the ratio. `engine_*` is the rollout engine (`RolloutEngine`, paged cache, `batch` slots).
 `engine_spec_*` is the engine with prompt-lookup speculative decoding (`--speculate k`, see
 `reasoner.sampling.speculative`): `engine_spec_tokens_per_pass` is a row's decode tokens over the decode forward
 passes the batch ran (N - 1 over passes: the slowest row's pace at batch > 1; 1.0 without speculation), `engine_spec_same_tokens` whether every row's tokens equal the static sampler's and
@@ -113,6 +116,7 @@ def run(args) -> int:
             "ratio": round(theirs_s / ours_s, 3), "compile_s": round(max(first - ours_s, 0.0), 2),
             "ours_decode_step_ms": round(1e3 * _decode_step_s(
                 lambda: ours.start(prompts, params), lambda s: s.run(), steps=N - 1, repeats=args.repeats), 2),
+            "projection_floor_ms": round(1e3 * _projection_floor_s(ours_model.cfg, batch, repeats=args.repeats), 2),
         }
         if not args.no_engine:
             engine = RolloutEngine(ours_model, tokenizer, slots=batch, chunk_steps=N)
@@ -176,6 +180,28 @@ def _speculative_row(model, tokenizer, prompts, params, args, outputs, run_their
         row.update(baseline_lookup_tok_s=round(batch * N / lookup_s, 2),
                    engine_spec_ratio_vs_lookup=round(lookup_s / spec_s, 3))
     return row
+
+
+def _projection_floor_s(cfg, batch: int, *, repeats: int) -> float:
+    """Median seconds of the decode step's matmuls alone at this batch (`train_common.decode_matmul_chain`): the
+    floor under `*_decode_step_ms` with XLA's matmuls here, whatever attention and sampling cost."""
+    import statistics
+    import time
+
+    import jax
+    import numpy as np
+
+    from reasoner.benchmarks.train_common import decode_matmul_chain
+
+    fn, weights = decode_matmul_chain(cfg, rows=batch)
+    x = jax.numpy.asarray(np.random.default_rng(1).standard_normal((batch, cfg.hidden_size), np.float32))
+    fn(x, weights).block_until_ready()
+    times = []
+    for _ in range(max(repeats, 5)):
+        t = time.perf_counter()
+        fn(x, weights).block_until_ready()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
 
 def _decode_step_s(start, decode, *, steps: int, repeats: int) -> float:

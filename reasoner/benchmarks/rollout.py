@@ -22,6 +22,14 @@ RL rollouts, where most completions are short and a few run to the cap.
     client sends its next request when its answer comes back. A row here may end early at EOS (the API has no
     switch to ignore it), so their throughput counts the completion tokens the server reports (`usage`).
 
+  - session_engine / session_static: multi-turn rollouts, as an agent's GRPO step runs them (`agents.multiturn`):
+    `--session-prompts` (16) prompts x `--samples` rows start a session (`RolloutEngine.start`, the paged
+    `EngineSession`, or the static `Sampler.start`), each turn draws at most `--session-tokens` (32) tokens with EOS
+    on (so rows end their turns at different lengths), then every row gets the same appended user turn
+    (`APPEND`, 20 tokens) through `extend` (KV continuation, no prefill of the history) for `--turns` (3) turns.
+    Both draw from the same keys (the same PRNG scheme), so their tokens agree up to float32 rounding of the logits
+    (a draw that rounding flips changes the rest of its row); their throughput counts the tokens drawn.
+
 Throughput counts the useful tokens (the sum of the budgets; for the serve systems, the completion tokens) over
 the wall time of the whole workload; medians of `--repeats` after warm-up calls of the same workload (compilation on
 our side: one, or more until a call compiles nothing new; `warmup_passes_*`). Each system runs in its own fresh child
@@ -63,7 +71,10 @@ def register(subparsers) -> None:
                         "GRPO step submits them)")
     p.add_argument("--chunk-steps", type=int, default=4, help="engine decode steps between host checks")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--systems", default="engine,static,hf,serve_engine,serve_static")
+    p.add_argument("--systems", default="engine,static,hf,serve_engine,serve_static,session_engine,session_static")
+    p.add_argument("--session-prompts", type=int, default=16, help="prompts of the multi-turn workload (x --samples)")
+    p.add_argument("--turns", type=int, default=3, help="turns of the multi-turn workload")
+    p.add_argument("--session-tokens", type=int, default=32, help="token cap of each turn (EOS ends a turn earlier)")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients of the serve systems")
     p.add_argument("--max-warmups", type=int, default=4,
                    help="warm-up passes at most (more run only while a pass still compiles new programs)")
@@ -124,6 +135,10 @@ def child(spec: dict) -> dict:
 
         engine = "paged" if system == "serve_engine" else "static"
         go, kv, close = _serve(load_model(path), tokenizer, prompts, plan, engine=engine, clients=spec["clients"])
+    elif system.startswith("session_"):
+        from reasoner.models.loading import load_model
+
+        go, kv = _sessions(load_model(path), tokenizer, spec, engine=system == "session_engine")
     elif system in ("engine", "static"):
         from reasoner.models.loading import load_model
         from reasoner.sampling import Sampler, SamplingParams
@@ -215,6 +230,44 @@ def _warm_up(go, *, most: int = 4) -> tuple[int, list[int]]:
     return passes, lowered
 
 
+APPEND = "\n<|im_start|>user\nCheck that answer once more, step by step.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _sessions(model, tokenizer, spec: dict, *, engine: bool):
+    """Multi-turn rollouts (`--turns` turns of at most `--session-tokens` tokens, EOS on) through the engine's
+    `EngineSession` or the static `Sampler`'s `Session`; returns (go, kv bytes). `go()` returns the tokens drawn."""
+    from reasoner.sampling import Sampler, SamplingParams
+    from reasoner.sampling.buckets import bucket_length
+    from reasoner.sampling.memory import estimate_bytes
+    from reasoner.sampling.rollout_engine import RolloutEngine
+
+    prompts = workload(tokenizer, prompts=spec["session_prompts"])
+    turns, cap, G = spec["turns"], spec["session_tokens"], spec["samples"]
+    append = tokenizer.encode(APPEND, add_special_tokens=False)
+    params = SamplingParams(max_new_tokens=cap, temperature=1.0, n=G, seed=0)
+    max_len = max(len(p) for p in prompts) + turns * cap + (turns - 1) * len(append)
+    rows = len(prompts) * G
+    runner = RolloutEngine(model, tokenizer, slots=rows, chunk_steps=spec["chunk_steps"]) if engine else \
+        Sampler(model, tokenizer)
+
+    def go():
+        session = runner.start(prompts, params, max_len=max_len, reserve=len(append))
+        try:
+            drawn = sum(c.num_tokens for c in session.run())
+            for _ in range(turns - 1):
+                session.extend({b: append for b in range(rows)}, max_new_tokens=cap)
+                drawn += sum(c.num_tokens for c in session.run())
+        finally:
+            session.close()
+        return drawn
+
+    if engine:
+        return go, lambda: runner.kv_bytes
+    return go, lambda: estimate_bytes(model.cfg, batch=rows, prompts=len(prompts), max_new=cap,
+                                      prompt_bucket=bucket_length(max(len(p) for p in prompts)),
+                                      alloc_len=max_len + len(append))["kv_cache"]
+
+
 def _serve(model, tokenizer, prompts, plan, *, engine: str, clients: int):
     """A server in this process and `clients` threads of `openai` clients; returns (go, kv bytes, close)."""
     import concurrent.futures
@@ -264,17 +317,23 @@ def run(args) -> int:
 
     if args.small:
         args.prompts, args.mean_tokens, args.max_tokens, args.repeats = 8, 8.0, 24, 1
+        args.session_prompts, args.turns, args.session_tokens = 4, 2, 8
+    if args.turns < 1 or args.session_prompts < 1 or args.session_tokens < 1:
+        raise SystemExit(f"--turns {args.turns}, --session-prompts {args.session_prompts}, --session-tokens "
+                         f"{args.session_tokens}: expected each >= 1")
     plan = budgets(prompts=args.prompts, samples=args.samples, mean=args.mean_tokens, cap=args.max_tokens)
     if args.slots < 0 or (args.slots and args.slots < args.samples):
         raise SystemExit(f"--slots {args.slots}: expected 0 (prompts x samples) or at least --samples {args.samples}")
     args.slots = args.slots or args.prompts * args.samples
     spec = {"model": args.model, "prompts": args.prompts, "samples": args.samples, "budgets": plan,
             "slots": args.slots, "chunk_steps": args.chunk_steps, "repeats": args.repeats, "clients": args.clients,
-            "max_warmups": args.max_warmups}
+            "max_warmups": args.max_warmups, "session_prompts": args.session_prompts, "turns": args.turns,
+            "session_tokens": args.session_tokens}
     row = {"prompts": args.prompts, "samples": args.samples, "mean_tokens": args.mean_tokens,
            "max_tokens": args.max_tokens, "longest_budget": max(max(b) for b in plan),
            "useful_tokens": sum(sum(b) for b in plan), "slots": args.slots, "repeats": args.repeats,
-           "clients": args.clients}
+           "clients": args.clients, "session_prompts": args.session_prompts, "turns": args.turns,
+           "session_tokens": args.session_tokens}
     results = {}
     for system in args.systems.split(","):
         try:
@@ -288,6 +347,8 @@ def run(args) -> int:
         row[f"kv_cache_{system}_mb"] = res["kv_cache_mb"]
         row[f"warmup_passes_{system}"] = res["warmup_passes"]
         row[f"compiles_timed_{system}"] = res["compiles_timed"]
+        if system.startswith("session_"):  # drawn, not planned: EOS ends turns
+            row[f"tokens_{system}"] = int(statistics.median(res["tokens"]))
         if not args.json:
             row[f"{system}_s"] = [round(t, 2) for t in res["times_s"]]
     if "engine" in results and "static" in results:
@@ -296,6 +357,8 @@ def run(args) -> int:
         row["ratio_vs_hf"] = round(row["engine_tok_s"] / row["hf_tok_s"], 3)
     if "serve_engine" in results and "serve_static" in results:
         row["serve_ratio_vs_static"] = round(row["serve_engine_tok_s"] / row["serve_static_tok_s"], 3)
+    if "session_engine" in results and "session_static" in results:
+        row["session_ratio_vs_static"] = round(row["session_engine_tok_s"] / row["session_static_tok_s"], 3)
     row["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(row), flush=True)
     return 0

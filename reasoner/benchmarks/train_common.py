@@ -192,6 +192,40 @@ def step_gemms(cfg, *, tokens: int, backward: bool = True) -> list[tuple[int, in
     return out
 
 
+def decode_matmul_chain(cfg, *, rows: int, seed: int = 0):
+    """(fn, weights): the matmuls of one decode step of `rows` rows alone, as one jitted chain over weights of the
+    model's shapes (fresh random ones, each its own array, so the step streams as many bytes as the real one):
+    per layer q, k, v, o, gate, up and down, then the vocabulary head as `Decoder.logits` stores it ([V, D]).
+    Each matmul takes the previous one's output as a real decode step does (k and v feed a scalar into the
+    residual so nothing is dead code); no attention, norms, RoPE or sampling. `fn(x_RxD, weights)` -> logits.
+    Its time is the floor a decode step cannot go under with XLA's matmuls on this machine (`bench generate`'s
+    `projection_floor_ms`); the dot shapes are `step_gemms(cfg, tokens=rows, backward=False)`'s."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    D, H, KV, Dh, inner = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+    rng = np.random.default_rng(seed)
+
+    def w(k, n):
+        return jnp.asarray(rng.standard_normal((k, n), np.float32) / np.sqrt(k))
+
+    layers = [dict(q=w(D, H * Dh), k=w(D, KV * Dh), v=w(D, KV * Dh), o=w(H * Dh, D), gate=w(D, inner),
+                   up=w(D, inner), down=w(inner, D)) for _ in range(cfg.num_layers)]
+    head = w(cfg.vocab_size, D)
+
+    @jax.jit
+    def fn(x, weights):
+        layers, head = weights
+        for p in layers:
+            q, k, v = x @ p["q"], x @ p["k"], x @ p["v"]
+            x = x + q @ p["o"] + 1e-3 * (jnp.mean(k) + jnp.mean(v))
+            x = x + ((x @ p["gate"]) * (x @ p["up"])) @ p["down"]
+        return x @ head.T
+
+    return fn, (layers, head)
+
+
 def attention_flops(cfg, *, rows: int, seq_len: int, backward: bool = True) -> float:
     """Causal attention scores and weighted values (half the T x T square), times 3 with a backward."""
     fwd = 2 * 2 * rows * cfg.num_heads * cfg.head_dim * seq_len * seq_len / 2 * cfg.num_layers

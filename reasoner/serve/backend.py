@@ -11,6 +11,9 @@ Row layout of a group: when every request has the same n, one sampler call with 
 prompt prefilled once, shared by its samples); otherwise each request contributes n copies of its prompt with
 n = 1. Non-streamed requests shorter than the group's budget are cut to their own `max_tokens` afterwards
 (the tokens drawn at a position do not depend on the budget, so the cut is what a shorter run gives).
+Shapes are bucketed so that a long-running server compiles a bounded set of programs: a group's prompts are
+padded (copies of its last prompt, whose rows are dropped) to `buckets.batch_bucket` sizes and a non-streamed
+group's budget is rounded up to the same sizes (at least 16; its requests are cut as above).
 
 Seeds: a client seed s gives its rows the keys (s, prompt index, sample); a request alone in its group (or
 first in it) reproduces `Sampler.generate([prompt], params with seed s)` exactly. Requests without a seed
@@ -84,22 +87,33 @@ class SamplerBackend:
             for j in range(copies):
                 prompts.append(list(r.prompt_ids))
                 owners.append((i, j))
-        params = requests[0].params.replace(max_new_tokens=budget, n=n, seed=seed)
-        longest = max(len(p) for p in prompts)
-        from reasoner.sampling.buckets import bucket_length
-
-        max_len = min(bucket_length(longest + budget), self.max_len)
         streams = [r.on_text for r in requests]
+        watch = any(s is not None for s in streams)
+        longest = max(len(p) for p in prompts)
+        real = len(prompts)
+        from reasoner.sampling.buckets import batch_bucket, bucket_length
+
+        # Shapes bucketed (module docstring): unbucketed, the server compiled one program per batch size and budget
+        # it met and ran out of code memory after 10-16 minutes of varied requests (`bench rollout`). A streamed
+        # group keeps its exact budget (it is in the batch key), so that nothing past it is streamed.
+        prompts += [prompts[-1]] * (batch_bucket(real, cap=1 << 30) - real)
+        if not watch:
+            budget = max(budget, min(batch_bucket(max(budget, 16), cap=1 << 30), self.max_len - longest))
+        params = requests[0].params.replace(max_new_tokens=budget, n=n, seed=seed)
+        max_len = min(bucket_length(longest + budget), self.max_len)
 
         def on_text(row: int, delta: str) -> None:
+            if row // n >= real:
+                return
             i, j = owners[row // n]
             if streams[i] is not None:
                 streams[i](j + row % n, delta)
 
-        watch = any(s is not None for s in streams)
         completions = self.sampler.generate(prompts, params, max_len=max_len, on_text=on_text if watch else None)
         out: list[list[Completion]] = [[] for _ in requests]
         for c in completions:
+            if c.prompt_index >= real:  # a padding row
+                continue
             i, j = owners[c.prompt_index]
             c = dataclasses.replace(c, prompt_index=0, sample_index=j + c.sample_index)
             out[i].append(self._cut(c, requests[i].params.max_new_tokens))

@@ -22,6 +22,32 @@ def test_step_gemms_count_six_flops_per_matmul_weight_and_token():
     assert gemm_flops(step_gemms(cfg, tokens=7, backward=False)) == 2 * 7 * weights
 
 
+def test_decode_matmul_chain_runs_the_forward_gemms_of_one_decode_step():
+    """`bench generate`'s projection floor multiplies exactly the shapes `step_gemms` counts for a forward of
+    `rows` tokens (the head as the decoder stores it, [V, D], transposed in the dot), and nothing else."""
+    import collections
+
+    import jax
+    import jax.numpy as jnp
+
+    from reasoner.benchmarks.train_common import decode_matmul_chain
+
+    cfg = ModelConfig(family="llama", vocab_size=100, hidden_size=16, intermediate_size=40, num_layers=3, num_heads=4,
+                      num_kv_heads=2, head_dim=6, tie_embeddings=True)
+    fn, weights = decode_matmul_chain(cfg, rows=5)
+    x = jnp.ones((5, 16), jnp.float32)
+    dots = collections.Counter()
+    for eqn in jax.make_jaxpr(fn)(x, weights).eqns[0].params["jaxpr"].eqns:
+        if eqn.primitive.name == "dot_general":
+            (lhs_contract, rhs_contract), _ = eqn.params["dimension_numbers"]
+            a, b = (v.aval.shape for v in eqn.invars)
+            n = b[1 - rhs_contract[0]]
+            dots[(a[0], a[lhs_contract[0]], n)] += 1
+    assert dots == collections.Counter({(m, k, n): c for m, k, n, c in step_gemms(cfg, tokens=5, backward=False)})
+    logits = fn(x, weights)
+    assert logits.shape == (5, 100) and bool(jnp.all(jnp.isfinite(logits)))
+
+
 def test_rollout_budgets_are_seeded_capped_geometric_draws():
     plan = np.asarray(budgets(prompts=512, samples=4, mean=16.0, cap=64))
     assert plan.shape == (512, 4) and plan.min() >= 1 and plan.max() == 64
@@ -55,3 +81,18 @@ def test_batch_buckets_waste_at_most_a_third_and_stay_within_the_slots():
     for n, b in zip(range(1, 257), sizes):
         assert n <= b <= 256 and (b - n) / b < 1 / 3 + 1e-9, (n, b)
     assert batch_bucket(100, cap=100) == 100 and batch_bucket(5, cap=4) == 4
+
+
+def test_rollout_bench_sessions_draw_the_same_turns_on_the_engine_and_the_static_sampler(smollm2, tokenizer):
+    """`bench rollout`'s multi-turn systems: every row runs `turns` turns (EOS on, the appended user turn between
+    them) and, one session after another on the same runner, both systems draw the same number of tokens."""
+    from reasoner.benchmarks.rollout import APPEND, _sessions
+
+    spec = {"session_prompts": 2, "samples": 2, "turns": 2, "session_tokens": 4, "chunk_steps": 2}
+    go_engine, kv_engine = _sessions(smollm2, tokenizer, spec, engine=True)
+    go_static, kv_static = _sessions(smollm2, tokenizer, spec, engine=False)
+    drawn = go_engine()
+    assert 4 <= drawn <= 2 * 2 * 2 * 4  # at least one token a row in the first turn, at most the caps
+    assert go_engine() == drawn == go_static()  # the engine's session closes and frees its slots for the next
+    assert len(tokenizer.encode(APPEND, add_special_tokens=False)) == 20
+    assert kv_engine() > 0 and kv_static() > 0
