@@ -6,13 +6,18 @@ text. Timings are interleaved (ours, baseline, ours, ...) so machine load hits b
 figure is a median of `--repeats` runs after one warm-up. `compile_s` is our first call's time
 minus our median (compilation and first-touch costs). One JSON object per setting:
 {"batch", "prompt_len", "new_tokens", "ours_tok_s", "baseline_tok_s", "ratio", "compile_s",
- "ours_decode_step_ms", "projection_floor_ms", "engine_tok_s", "engine_ratio", "engine_decode_step_ms"}.
+ "ours_decode_step_ms", "projection_floor_ms", "baseline_projection_floor_ms", "engine_tok_s", "engine_ratio",
+ "engine_decode_step_ms"}.
 `*_decode_step_ms` is one decode step of the whole batch: the time of the decode phase alone (after the
-prefill has finished) over its steps; with batches 1 and 16 the two rows show how far the batched step is
+prefill has finished) over its steps (`baseline_decode_step_ms`: transformers' `generate` of N tokens less its
+`generate` of one token, over N - 1); with batches 1 and 16 the two rows show how far the batched step is
 from the single-row one. `projection_floor_ms` is the step's matmuls alone at that batch (projections and the
 vocabulary head over weights of the model's shapes, no attention or sampling: `train_common.decode_matmul_chain`),
 the floor no decode step goes under with XLA's matmuls on this machine: the batch-16 floor over the batch-1 step
-bounds how close the two steps can come, and the baseline's time per token over our floor bounds the ratio. `engine_*` is the rollout engine (`RolloutEngine`, paged cache, `batch` slots).
+bounds how close the two steps can come, and the baseline's time per token over our floor bounds the ratio.
+`baseline_projection_floor_ms` is the same chain on the same weights through PyTorch (`F.linear`, the baseline's
+GEMM library), timed interleaved with ours: where the two floors are equal, a ratio above baseline step / floor
+cannot come from faster matmuls. `engine_*` is the rollout engine (`RolloutEngine`, paged cache, `batch` slots).
 `engine_spec_*` is the engine with prompt-lookup speculative decoding (`--speculate k`, see
 `reasoner.sampling.speculative`): `engine_spec_tokens_per_pass` is a row's decode tokens over the decode forward
 passes the batch ran (N - 1 over passes: the slowest row's pace at batch > 1; 1.0 without speculation), `engine_spec_same_tokens` whether every row's tokens equal the static sampler's and
@@ -24,6 +29,7 @@ the like-for-like comparison.
 from __future__ import annotations
 
 import json
+import time
 
 
 def register(subparsers) -> None:
@@ -58,7 +64,6 @@ def _prompts(tokenizer, *, batch: int, length: int) -> list[list[int]]:
 def run(args) -> int:
     import os
     import statistics
-    import time
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -110,14 +115,19 @@ def run(args) -> int:
                 fn()
                 times.append(time.perf_counter() - t)
         ours_s, theirs_s = statistics.median(times_ours), statistics.median(times_theirs)
+        theirs_first_s = statistics.median(_timed(lambda: theirs.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=1, do_sample=False, pad_token_id=0), args.repeats))
         row = {
             "batch": batch, "prompt_len": args.prompt_len, "new_tokens": N,
             "ours_tok_s": round(batch * N / ours_s, 2), "baseline_tok_s": round(batch * N / theirs_s, 2),
             "ratio": round(theirs_s / ours_s, 3), "compile_s": round(max(first - ours_s, 0.0), 2),
             "ours_decode_step_ms": round(1e3 * _decode_step_s(
                 lambda: ours.start(prompts, params), lambda s: s.run(), steps=N - 1, repeats=args.repeats), 2),
-            "projection_floor_ms": round(1e3 * _projection_floor_s(ours_model.cfg, batch, repeats=args.repeats), 2),
+            "baseline_decode_step_ms": round(1e3 * max(theirs_s - theirs_first_s, 0.0) / (N - 1), 2),
         }
+        floors = _projection_floors_s(ours_model.cfg, batch, repeats=args.repeats)
+        row.update(projection_floor_ms=round(1e3 * floors[0], 2),
+                   baseline_projection_floor_ms=round(1e3 * floors[1], 2))
         if not args.no_engine:
             engine = RolloutEngine(ours_model, tokenizer, slots=batch, chunk_steps=N)
             engine.generate(prompts, params)  # compile
@@ -144,7 +154,6 @@ def _speculative_row(model, tokenizer, prompts, params, args, outputs, run_their
     """The engine with prompt-lookup speculation against the same baseline (and, at batch 1, against transformers'
     own prompt lookup, timed interleaved with ours)."""
     import statistics
-    import time
 
     import numpy as np
 
@@ -182,32 +191,45 @@ def _speculative_row(model, tokenizer, prompts, params, args, outputs, run_their
     return row
 
 
-def _projection_floor_s(cfg, batch: int, *, repeats: int) -> float:
-    """Median seconds of the decode step's matmuls alone at this batch (`train_common.decode_matmul_chain`): the
-    floor under `*_decode_step_ms` with XLA's matmuls here, whatever attention and sampling cost."""
+def _timed(fn, repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def _projection_floors_s(cfg, batch: int, *, repeats: int) -> tuple[float, float]:
+    """Median seconds of the decode step's matmuls alone at this batch, through XLA
+    (`train_common.decode_matmul_chain`: the floor under our `*_decode_step_ms`, whatever attention and sampling
+    cost) and through PyTorch on the same weights (`torch_matmul_chain`: the baseline's own floor), interleaved."""
     import statistics
-    import time
 
     import jax
     import numpy as np
+    import torch
 
-    from reasoner.benchmarks.train_common import decode_matmul_chain
+    from reasoner.benchmarks.train_common import decode_matmul_chain, torch_matmul_chain
 
     fn, weights = decode_matmul_chain(cfg, rows=batch)
-    x = jax.numpy.asarray(np.random.default_rng(1).standard_normal((batch, cfg.hidden_size), np.float32))
-    fn(x, weights).block_until_ready()
-    times = []
-    for _ in range(max(repeats, 5)):
-        t = time.perf_counter()
-        fn(x, weights).block_until_ready()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    torch_fn = torch_matmul_chain(weights)
+    x = np.random.default_rng(1).standard_normal((batch, cfg.hidden_size), np.float32)
+    x_jax, x_torch = jax.numpy.asarray(x), torch.from_numpy(x)
+    chains = (lambda: fn(x_jax, weights).block_until_ready(), lambda: torch_fn(x_torch))
+    times: tuple[list[float], list[float]] = ([], [])
+    for call in range(max(repeats, 5) + 1):  # each chain's first call compiles / warms up and is not timed
+        for chain, timed in zip(chains, times):
+            t = time.perf_counter()
+            chain()
+            if call:
+                timed.append(time.perf_counter() - t)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def _decode_step_s(start, decode, *, steps: int, repeats: int) -> float:
     """Median seconds per decode step: `start()` prefills (timed apart, waited for), `decode(session)` runs."""
     import statistics
-    import time
 
     import jax
 
@@ -224,7 +246,6 @@ def _decode_step_s(start, decode, *, steps: int, repeats: int) -> float:
 def _engine_step_s(engine, prompts, params, *, steps: int, repeats: int) -> float:
     """The same for the rollout engine: admission and prefill first, then the decode chunks alone."""
     import statistics
-    import time
 
     import jax
 

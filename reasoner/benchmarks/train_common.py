@@ -226,6 +226,30 @@ def decode_matmul_chain(cfg, *, rows: int, seed: int = 0):
     return fn, (layers, head)
 
 
+def torch_matmul_chain(weights):
+    """`decode_matmul_chain`'s chain in PyTorch over copies of its `weights`, each stored as `nn.Linear` stores it
+    ([out, in], applied by `F.linear`, as transformers' SmolLM2 runs its projections): `fn(x_RxD)` -> logits (a
+    torch tensor). The same matmuls through the baseline's own GEMM library (MKL / oneDNN on CPU), so the two
+    floors side by side say whether a gap between the frameworks lies in the matmuls or around them."""
+    import numpy as np
+    import torch
+
+    F = torch.nn.functional
+    layers, head = weights
+    layers = [{k: torch.from_numpy(np.ascontiguousarray(np.asarray(v).T)) for k, v in p.items()} for p in layers]
+    head = torch.from_numpy(np.array(head))
+
+    @torch.inference_mode()
+    def fn(x):
+        for p in layers:
+            q, k, v = F.linear(x, p["q"]), F.linear(x, p["k"]), F.linear(x, p["v"])
+            x = x + F.linear(q, p["o"]) + 1e-3 * (k.mean() + v.mean())
+            x = x + F.linear(F.linear(x, p["gate"]) * F.linear(x, p["up"]), p["down"])
+        return F.linear(x, head)
+
+    return fn
+
+
 def attention_flops(cfg, *, rows: int, seq_len: int, backward: bool = True) -> float:
     """Causal attention scores and weighted values (half the T x T square), times 3 with a backward."""
     fwd = 2 * 2 * rows * cfg.num_heads * cfg.head_dim * seq_len * seq_len / 2 * cfg.num_layers

@@ -40,6 +40,7 @@ from reasoner.models.attention import window_visible
 from reasoner.models.decoder import KVCache
 from reasoner.models.rope import rope_tables
 from reasoner.sampling.engine import EOS, LENGTH, RUNNING
+from reasoner.sampling import native
 from reasoner.sampling.fast_decode import layer_qkv
 from reasoner.sampling.paged_cache import NULL_BLOCK, PagedPools, head_blocks, write_tokens
 from reasoner.sampling.processors import DecodeSpec, choose_tokens
@@ -144,22 +145,37 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
         new_v.append(vp)
         Dh = q.shape[-1]
         qg = q[:, 0].reshape(S, attn.num_kv_heads, attn.group, Dh)  # [S, KV, G, Dh]
-        # One kv head at a time: each head's blocks are a leading-axis gather of whole [bs, Dh] blocks, and each
-        # contraction has the slot as its only batch dim (see `head_blocks`).
-        keys = [head_blocks(kp, n, table_SxJ) for n in range(attn.num_kv_heads)]  # [S, J*bs, Dh] each
-        values = [head_blocks(vp, n, table_SxJ) for n in range(attn.num_kv_heads)]
-        scores = jnp.stack([jnp.einsum("bgk,bsk->bgs", qg[:, n], keys[n].astype(qg.dtype),
-                                       preferred_element_type=jnp.float32)
-                            for n in range(attn.num_kv_heads)], axis=1) * attn.scale  # [S, KV, G, J*bs]
-        visible_SxL = window_visible(positions_S[:, None], slots_1xL, attn.window)
-        scores = jnp.where(visible_SxL[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(qg.dtype)
-        out = jnp.stack([jnp.einsum("bgs,bsk->bgk", probs[:, n], values[n].astype(qg.dtype))
-                         for n in range(attn.num_kv_heads)], axis=1)  # [S, KV, G, Dh]
+        if _native(qg, kp):
+            out = native.paged_attention(qg[:, None], kp, vp, table_SxJ, positions_S[:, None], scale=attn.scale,
+                                         window=attn.window)[:, 0]
+        else:
+            out = _decode_attention(attn, qg, kp, vp, table_SxJ, positions_S, slots_1xL)
         x = x + attn.o_proj(out.reshape(S, 1, -1, Dh))
         x = x + block.mlp(block.mlp_norm(x))
     logits = model.logits(model.final_norm(x)[:, 0])
     return logits, PagedPools(k=tuple(new_k), v=tuple(new_v))
+
+
+def _native(q, pool) -> bool:
+    """Whether this attention runs as the fused native CPU kernel (`reasoner.sampling.native`): float32 on a CPU
+    where it builds, unless `REASONER_NATIVE=0`. Decided at trace time; both paths compute the same attention."""
+    return q.dtype == jnp.float32 and pool.dtype == jnp.float32 and native.available()
+
+
+def _decode_attention(attn, qg_SxKVxGxDh, kp, vp, table_SxJ, positions_S, slots_1xL):
+    """The pure-JAX decode attention: [S, KV, G, Dh]. One kv head at a time: each head's blocks are a leading-axis
+    gather of whole [bs, Dh] blocks, and each contraction has the slot as its only batch dim (see `head_blocks`)."""
+    qg = qg_SxKVxGxDh
+    keys = [head_blocks(kp, n, table_SxJ) for n in range(attn.num_kv_heads)]  # [S, J*bs, Dh] each
+    values = [head_blocks(vp, n, table_SxJ) for n in range(attn.num_kv_heads)]
+    scores = jnp.stack([jnp.einsum("bgk,bsk->bgs", qg[:, n], keys[n].astype(qg.dtype),
+                                   preferred_element_type=jnp.float32)
+                        for n in range(attn.num_kv_heads)], axis=1) * attn.scale  # [S, KV, G, J*bs]
+    visible_SxL = window_visible(positions_S[:, None], slots_1xL, attn.window)
+    scores = jnp.where(visible_SxL[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(qg.dtype)
+    return jnp.stack([jnp.einsum("bgs,bsk->bgk", probs[:, n], values[n].astype(qg.dtype))
+                      for n in range(attn.num_kv_heads)], axis=1)  # [S, KV, G, Dh]
 
 
 def _step(model, spec: DecodeSpec, table_SxJ, state: SlotState) -> SlotState:
@@ -291,6 +307,9 @@ def _paged_attention(attn, q_AxCxHxDh, kp, vp, table_AxJ, positions_AxC):
     A, C, _, Dh = q_AxCxHxDh.shape
     J = table_AxJ.shape[1]
     qg = q_AxCxHxDh.reshape(A, C, attn.num_kv_heads, attn.group, Dh)
+    if _native(qg, kp):
+        return native.paged_attention(qg, kp, vp, table_AxJ, positions_AxC, scale=attn.scale,
+                                      window=attn.window).reshape(A, C, -1, Dh)
     keys = [head_blocks(kp, n, table_AxJ) for n in range(attn.num_kv_heads)]  # [A, J*bs, Dh] each
     values = [head_blocks(vp, n, table_AxJ) for n in range(attn.num_kv_heads)]
     scores = jnp.stack([jnp.einsum("acgk,alk->acgl", qg[:, :, n], keys[n].astype(qg.dtype),

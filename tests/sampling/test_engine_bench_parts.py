@@ -48,6 +48,37 @@ def test_decode_matmul_chain_runs_the_forward_gemms_of_one_decode_step():
     assert logits.shape == (5, 100) and bool(jnp.all(jnp.isfinite(logits)))
 
 
+def test_torch_matmul_chain_computes_the_xla_chain_on_the_same_weights():
+    """The baseline's floor multiplies the same weights in the same order: both chains equal a float64 reference
+    within float32 rounding. Bound: a dot of K terms rounds within K * eps of the sum of |terms| (Higham's gamma_K);
+    the chain has 4 dots in sequence per layer plus the head, each output feeding the next, so a relative error of
+    (4 * layers + 1) * K_max * eps of the logits' scale is a worst-case allowance, not a fit to one CPU."""
+    import torch
+
+    from reasoner.benchmarks.train_common import decode_matmul_chain, torch_matmul_chain
+
+    cfg = ModelConfig(family="llama", vocab_size=100, hidden_size=16, intermediate_size=40, num_layers=3, num_heads=4,
+                      num_kv_heads=2, head_dim=6, tie_embeddings=True)
+    fn, weights = decode_matmul_chain(cfg, rows=5, seed=3)
+    x = np.random.default_rng(4).standard_normal((5, 16), np.float32)
+    layers, head = weights
+
+    ref = x.astype(np.float64)
+    for p in layers:
+        p = {k: np.asarray(v, np.float64) for k, v in p.items()}
+        q, k, v = ref @ p["q"], ref @ p["k"], ref @ p["v"]
+        ref = ref + q @ p["o"] + 1e-3 * (k.mean() + v.mean())
+        ref = ref + ((ref @ p["gate"]) * (ref @ p["up"])) @ p["down"]
+    ref = ref @ np.asarray(head, np.float64).T
+
+    tol = (4 * cfg.num_layers + 1) * cfg.intermediate_size * np.finfo(np.float32).eps * np.abs(ref).max()
+    ours = np.asarray(fn(x, weights), np.float64)
+    theirs = torch_matmul_chain(weights)(torch.from_numpy(x)).double().numpy()
+    assert theirs.shape == ours.shape == (5, 100)
+    assert np.abs(ours - ref).max() < tol and np.abs(theirs - ref).max() < tol
+    assert np.abs(ref).max() > 1.0  # the chain is not vanishing: the bound is not met trivially
+
+
 def test_rollout_budgets_are_seeded_capped_geometric_draws():
     plan = np.asarray(budgets(prompts=512, samples=4, mean=16.0, cap=64))
     assert plan.shape == (512, 4) and plan.min() >= 1 and plan.max() == 64

@@ -1,0 +1,129 @@
+"""Native CPU kernels, built on first use with the machine's C++ compiler and registered as XLA FFI targets.
+
+`paged_attention(q, k_pool, v_pool, table, positions, scale=, window=)` is the rollout engine's paged attention as
+one fused call (`paged_attention.cc` says what it computes and why): on XLA:CPU the pure-JAX path gathers every
+slot's blocks into a copy and runs tiny batched dots, most of a batch-16 decode step outside the projections.
+
+Build: `c++ -O3 -march=native -std=c++17 -shared -fPIC` against the FFI headers jaxlib ships
+(`jax.ffi.include_dir()`), once per source text, jaxlib version, compiler and CPU (its model and flags, since
+`-march=native` code may not run on another CPU), cached under `<reasoner cache>/native` (`$REASONER_CACHE`,
+default `~/.cache/reasoner`) and written atomically, so concurrent processes at worst build it twice. The build
+takes ~15 s the first time.
+
+`available()` says whether the kernel can be used here: the default backend is the CPU, `REASONER_NATIVE` is not
+`0`, and the build and load succeeded. Where it is not (no compiler, a failed build, a GPU/TPU backend), callers
+keep the pure-JAX path; `unavailable_reason()` says why (a failed build is logged as a warning, any other reason
+once at INFO).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import tempfile
+
+log = logging.getLogger(__name__)
+
+SOURCE = pathlib.Path(__file__).with_name("paged_attention.cc")
+TARGET = "reasoner_paged_attention"
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fopenmp-simd", "-fno-math-errno", "-w")
+
+_reason = ""
+
+
+def _cpu_identity() -> str:
+    """The CPU's model name and feature flags: `-march=native` code is only valid where these match."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    lines = [line for line in text.splitlines() if line.startswith(("model name", "flags", "Features"))]
+    return "\n".join(dict.fromkeys(lines))
+
+
+def _library_path(compiler: str) -> pathlib.Path:
+    import jaxlib
+
+    from reasoner.tokenization import cache_dir
+
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), jaxlib.__version__, compiler, " ".join(FLAGS),
+                                    _cpu_identity()]).encode()).hexdigest()[:16]
+    return cache_dir() / "native" / f"paged_attention-{key}.so"
+
+
+def _build(path: pathlib.Path, compiler: str) -> None:
+    import jax
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        out = pathlib.Path(tmp) / path.name
+        cmd = [compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", str(out)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if done.returncode:
+            raise RuntimeError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        os.replace(out, path)
+
+
+@functools.cache
+def _load() -> bool:
+    global _reason
+    import jax
+
+    if jax.default_backend() != "cpu":
+        _reason = f"the default backend is {jax.default_backend()}, the kernel is for the CPU"
+        return False
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if not compiler:
+        _reason = "no C++ compiler (c++, g++ or clang++, or $CXX) on PATH"
+        return False
+    try:
+        path = _library_path(compiler)
+        if not path.exists():
+            log.info("building the native paged-attention kernel: %s", path)
+            _build(path, compiler)
+        library = ctypes.cdll.LoadLibrary(str(path))
+        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.ReasonerPagedAttention), platform="cpu")
+    except Exception as e:  # a missing header, a compiler error, a library that does not load: keep the JAX path
+        _reason = f"{type(e).__name__}: {e}"
+        log.warning("the native paged-attention kernel is not used: %s", _reason)
+        return False
+    return True
+
+
+def available() -> bool:
+    """Whether `paged_attention` runs here: `REASONER_NATIVE` is not `0` (read at each call, so a process can trace
+    both paths) and the kernel builds and registers (on the first call; the outcome is kept)."""
+    if os.environ.get("REASONER_NATIVE", "1") == "0":
+        return False
+    ok = _load()
+    if not ok and not _told:
+        _told.append(True)
+        log.info("native paged attention unavailable: %s", _reason)
+    return ok
+
+
+_told: list[bool] = []
+
+
+def unavailable_reason() -> str:
+    """Why the kernel did not build or load ("" when it did, or was not tried yet)."""
+    return _reason
+
+
+def paged_attention(q_AxCxKVxGxDh, k_pool, v_pool, table_AxJ, positions_AxC, *, scale: float, window: int):
+    """[A, C, KV, G, Dh] f32: each query's attention over its slot's visible positions, read through the block
+    table from the `[KV, NB, bs, Dh]` pools (causal, and within `window` positions when `window` > 0). Call only
+    where `available()`; shapes and semantics are `paged_device._paged_attention`'s."""
+    import jax
+    import numpy as np
+
+    return jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(q_AxCxKVxGxDh.shape, q_AxCxKVxGxDh.dtype))(
+        q_AxCxKVxGxDh, k_pool, v_pool, table_AxJ.astype(np.int32), positions_AxC.astype(np.int32),
+        scale=np.float32(scale), window=np.int64(window))
