@@ -134,7 +134,6 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
     block_S = jnp.where(col < J, jnp.take_along_axis(table_SxJ, jnp.minimum(col, J - 1)[:, None], axis=1)[:, 0],
                         NULL_BLOCK)
     offset_S = positions_S % bs
-    slots_1xL = jnp.arange(J * bs, dtype=jnp.int32)[None, :]
     new_k, new_v = [], []
     for i, block in enumerate(model.layers):
         attn = block.attn
@@ -143,14 +142,7 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
         vp = write_tokens(pools.v[i], jnp.swapaxes(v[:, 0], 0, 1), block_S, offset_S)
         new_k.append(kp)
         new_v.append(vp)
-        Dh = q.shape[-1]
-        qg = q[:, 0].reshape(S, attn.num_kv_heads, attn.group, Dh)  # [S, KV, G, Dh]
-        if _native(qg, kp):
-            out = native.paged_attention(qg[:, None], kp, vp, table_SxJ, positions_S[:, None], scale=attn.scale,
-                                         window=attn.window)[:, 0]
-        else:
-            out = _decode_attention(attn, qg, kp, vp, table_SxJ, positions_S, slots_1xL)
-        x = x + attn.o_proj(out.reshape(S, 1, -1, Dh))
+        x = x + attn.o_proj(_paged_attention(attn, q, kp, vp, table_SxJ, positions_S[:, None]))  # one query a slot
         x = x + block.mlp(block.mlp_norm(x))
     logits = model.logits(model.final_norm(x)[:, 0])
     return logits, PagedPools(k=tuple(new_k), v=tuple(new_v))
@@ -160,22 +152,6 @@ def _native(q, pool) -> bool:
     """Whether this attention runs as the fused native CPU kernel (`reasoner.sampling.native`): float32 on a CPU
     where it builds, unless `REASONER_NATIVE=0`. Decided at trace time; both paths compute the same attention."""
     return q.dtype == jnp.float32 and pool.dtype == jnp.float32 and native.available()
-
-
-def _decode_attention(attn, qg_SxKVxGxDh, kp, vp, table_SxJ, positions_S, slots_1xL):
-    """The pure-JAX decode attention: [S, KV, G, Dh]. One kv head at a time: each head's blocks are a leading-axis
-    gather of whole [bs, Dh] blocks, and each contraction has the slot as its only batch dim (see `head_blocks`)."""
-    qg = qg_SxKVxGxDh
-    keys = [head_blocks(kp, n, table_SxJ) for n in range(attn.num_kv_heads)]  # [S, J*bs, Dh] each
-    values = [head_blocks(vp, n, table_SxJ) for n in range(attn.num_kv_heads)]
-    scores = jnp.stack([jnp.einsum("bgk,bsk->bgs", qg[:, n], keys[n].astype(qg.dtype),
-                                   preferred_element_type=jnp.float32)
-                        for n in range(attn.num_kv_heads)], axis=1) * attn.scale  # [S, KV, G, J*bs]
-    visible_SxL = window_visible(positions_S[:, None], slots_1xL, attn.window)
-    scores = jnp.where(visible_SxL[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(qg.dtype)
-    return jnp.stack([jnp.einsum("bgs,bsk->bgk", probs[:, n], values[n].astype(qg.dtype))
-                      for n in range(attn.num_kv_heads)], axis=1)  # [S, KV, G, Dh]
 
 
 def _step(model, spec: DecodeSpec, table_SxJ, state: SlotState) -> SlotState:
@@ -301,9 +277,11 @@ def prefill_into_slots(graphdef, params, state: SlotState, tokens_PxT, segments_
 def _paged_attention(attn, q_AxCxHxDh, kp, vp, table_AxJ, positions_AxC):
     """Causal (and sliding-window) attention of C queries per slot over the slot's first J blocks: [A, C, H, Dh].
 
-    One kv head at a time, as `paged_decode_logits`; a key slot is visible to a query when its position is at most
-    the query's (and within `attn.window` of it): positions past the row's length hold stale or garbage keys and
-    are never read."""
+    Decode steps (C = 1), KV continuation and speculative verification all attend here. In float32 on a CPU the
+    fused native kernel runs (`_native`); otherwise one kv head at a time: each head's blocks are a leading-axis
+    gather of whole [bs, Dh] blocks, and each contraction has the slot as its only batch dim (`head_blocks`). A key
+    slot is visible to a query when its position is at most the query's (and within `attn.window` of it): positions
+    past the row's length hold stale or garbage keys and are never read."""
     A, C, _, Dh = q_AxCxHxDh.shape
     J = table_AxJ.shape[1]
     qg = q_AxCxHxDh.reshape(A, C, attn.num_kv_heads, attn.group, Dh)

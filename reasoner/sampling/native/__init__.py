@@ -8,7 +8,7 @@ Build: `c++ -O3 -march=native -std=c++17 -shared -fPIC` against the FFI headers 
 (`jax.ffi.include_dir()`), once per source text, jaxlib version, compiler and CPU (its model and flags, since
 `-march=native` code may not run on another CPU), cached under `<reasoner cache>/native` (`$REASONER_CACHE`,
 default `~/.cache/reasoner`) and written atomically, so concurrent processes at worst build it twice. The build
-takes ~15 s the first time.
+takes about 2 s the first time.
 
 `available()` says whether the kernel can be used here: the default backend is the CPU, `REASONER_NATIVE` is not
 `0`, and the build and load succeeded. Where it is not (no compiler, a failed build, a GPU/TPU backend), callers
@@ -71,18 +71,22 @@ def _build(path: pathlib.Path, compiler: str) -> None:
         os.replace(out, path)
 
 
+def _unavailable(reason: str, level: int = logging.INFO) -> bool:
+    global _reason
+    _reason = reason
+    log.log(level, "the native paged-attention kernel is not used: %s", reason)
+    return False
+
+
 @functools.cache
 def _load() -> bool:
-    global _reason
     import jax
 
     if jax.default_backend() != "cpu":
-        _reason = f"the default backend is {jax.default_backend()}, the kernel is for the CPU"
-        return False
+        return _unavailable(f"the default backend is {jax.default_backend()}, the kernel is for the CPU")
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if not compiler:
-        _reason = "no C++ compiler (c++, g++ or clang++, or $CXX) on PATH"
-        return False
+        return _unavailable("no C++ compiler (c++, g++ or clang++, or $CXX) on PATH")
     try:
         path = _library_path(compiler)
         if not path.exists():
@@ -91,25 +95,14 @@ def _load() -> bool:
         library = ctypes.cdll.LoadLibrary(str(path))
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.ReasonerPagedAttention), platform="cpu")
     except Exception as e:  # a missing header, a compiler error, a library that does not load: keep the JAX path
-        _reason = f"{type(e).__name__}: {e}"
-        log.warning("the native paged-attention kernel is not used: %s", _reason)
-        return False
+        return _unavailable(f"{type(e).__name__}: {e}", logging.WARNING)
     return True
 
 
 def available() -> bool:
     """Whether `paged_attention` runs here: `REASONER_NATIVE` is not `0` (read at each call, so a process can trace
     both paths) and the kernel builds and registers (on the first call; the outcome is kept)."""
-    if os.environ.get("REASONER_NATIVE", "1") == "0":
-        return False
-    ok = _load()
-    if not ok and not _told:
-        _told.append(True)
-        log.info("native paged attention unavailable: %s", _reason)
-    return ok
-
-
-_told: list[bool] = []
+    return os.environ.get("REASONER_NATIVE", "1") != "0" and _load()
 
 
 def unavailable_reason() -> str:
