@@ -6,7 +6,8 @@ text. Timings are interleaved (ours, baseline, ours, ...) so machine load hits b
 figure is a median of `--repeats` runs after one warm-up. `compile_s` is our first call's time
 minus our median (compilation and first-touch costs). One JSON object per setting:
 {"batch", "prompt_len", "new_tokens", "ours_tok_s", "baseline_tok_s", "ratio", "compile_s",
- "ours_decode_step_ms", "projection_floor_ms", "baseline_projection_floor_ms", "engine_tok_s", "engine_ratio",
+ "ours_decode_step_ms", "projection_floor_ms", "baseline_projection_floor_ms", "packed_projection_floor_ms",
+ "engine_tok_s", "engine_ratio",
  "engine_decode_step_ms"}.
 `*_decode_step_ms` is one decode step of the whole batch: the time of the decode phase alone (after the
 prefill has finished) over its steps (`baseline_decode_step_ms`: transformers' `generate` of N tokens less its
@@ -17,7 +18,9 @@ the floor no decode step goes under with XLA's matmuls on this machine: the batc
 bounds how close the two steps can come, and the baseline's time per token over our floor bounds the ratio.
 `baseline_projection_floor_ms` is the same chain on the same weights through PyTorch (`F.linear`, the baseline's
 GEMM library), timed interleaved with ours: where the two floors are equal, a ratio above baseline step / floor
-cannot come from faster matmuls. `engine_*` is the rollout engine (`RolloutEngine`, paged cache, `batch` slots).
+cannot come from faster matmuls. `packed_projection_floor_ms` is the chain through the engine's packed small-row
+matmul (`train_common.packed_matmul_chain`, `reasoner.sampling.packed_weights`; absent where the native kernels
+do not build), the floor under `engine_decode_step_ms`. `engine_*` is the rollout engine (`RolloutEngine`, paged cache, `batch` slots).
 `engine_spec_*` is the engine with prompt-lookup speculative decoding (`--speculate k`, see
 `reasoner.sampling.speculative`): `engine_spec_tokens_per_pass` is a row's decode tokens over the decode forward
 passes the batch ran (N - 1 over passes: the slowest row's pace at batch > 1; 1.0 without speculation), `engine_spec_same_tokens` whether every row's tokens equal the static sampler's and
@@ -128,6 +131,8 @@ def run(args) -> int:
         floors = _projection_floors_s(ours_model.cfg, batch, repeats=args.repeats)
         row.update(projection_floor_ms=round(1e3 * floors[0], 2),
                    baseline_projection_floor_ms=round(1e3 * floors[1], 2))
+        if floors[2] is not None:
+            row["packed_projection_floor_ms"] = round(1e3 * floors[2], 2)
         if not args.no_engine:
             engine = RolloutEngine(ours_model, tokenizer, slots=batch, chunk_steps=N)
             engine.generate(prompts, params)  # compile
@@ -200,31 +205,37 @@ def _timed(fn, repeats: int) -> list[float]:
     return times
 
 
-def _projection_floors_s(cfg, batch: int, *, repeats: int) -> tuple[float, float]:
+def _projection_floors_s(cfg, batch: int, *, repeats: int) -> tuple[float, float, float | None]:
     """Median seconds of the decode step's matmuls alone at this batch, through XLA
-    (`train_common.decode_matmul_chain`: the floor under our `*_decode_step_ms`, whatever attention and sampling
-    cost) and through PyTorch on the same weights (`torch_matmul_chain`: the baseline's own floor), interleaved."""
+    (`train_common.decode_matmul_chain`: the floor under the static sampler's `ours_decode_step_ms`, whatever
+    attention and sampling cost), through PyTorch on the same weights (`torch_matmul_chain`: the baseline's own
+    floor) and through the engine's packed matmul (`packed_matmul_chain`; None where it does not build),
+    interleaved."""
     import statistics
 
     import jax
     import numpy as np
     import torch
 
-    from reasoner.benchmarks.train_common import decode_matmul_chain, torch_matmul_chain
+    from reasoner.benchmarks.train_common import decode_matmul_chain, packed_matmul_chain, torch_matmul_chain
 
     fn, weights = decode_matmul_chain(cfg, rows=batch)
     torch_fn = torch_matmul_chain(weights)
+    packed = packed_matmul_chain(weights)
     x = np.random.default_rng(1).standard_normal((batch, cfg.hidden_size), np.float32)
     x_jax, x_torch = jax.numpy.asarray(x), torch.from_numpy(x)
-    chains = (lambda: fn(x_jax, weights).block_until_ready(), lambda: torch_fn(x_torch))
-    times: tuple[list[float], list[float]] = ([], [])
+    chains = [lambda: fn(x_jax, weights).block_until_ready(), lambda: torch_fn(x_torch)]
+    if packed is not None:
+        chains.append(lambda: packed[0](x_jax, packed[1]).block_until_ready())
+    times: tuple[list[float], ...] = tuple([] for _ in chains)
     for call in range(max(repeats, 5) + 1):  # each chain's first call compiles / warms up and is not timed
         for chain, timed in zip(chains, times):
             t = time.perf_counter()
             chain()
             if call:
                 timed.append(time.perf_counter() - t)
-    return statistics.median(times[0]), statistics.median(times[1])
+    medians = [statistics.median(t) for t in times]
+    return medians[0], medians[1], medians[2] if packed is not None else None
 
 
 def _decode_step_s(start, decode, *, steps: int, repeats: int) -> float:

@@ -250,6 +250,34 @@ def torch_matmul_chain(weights):
     return fn
 
 
+def packed_matmul_chain(weights):
+    """`decode_matmul_chain`'s chain through the rollout engine's packed small-row matmul (`native.packed_matmul`,
+    each weight packed once by `native.pack`, the head as the engine packs a tied one): `fn(x_RxD, packed)` ->
+    logits, and `packed`; None where the native kernels are unavailable. The floor under the engine's decode step."""
+    import jax
+
+    from reasoner.sampling import native
+
+    if not native.available():
+        return None
+    layers, head = weights
+    sizes = [{k: int(v.shape[1]) for k, v in p.items()} for p in layers]
+    packed = ([{k: native.pack(v) for k, v in p.items()} for p in layers], native.pack(head.T))
+    vocab = int(head.shape[0])
+
+    @jax.jit
+    def fn(x, packed):
+        layers, head = packed
+        for p, n in zip(layers, sizes):
+            mm = lambda a, key: native.packed_matmul(a, p[key], n[key])  # noqa: B023, E731 (used at once)
+            q, k, v = mm(x, "q"), mm(x, "k"), mm(x, "v")
+            x = x + mm(q, "o") + 1e-3 * (k.mean() + v.mean())
+            x = x + native.packed_matmul(mm(x, "gate") * mm(x, "up"), p["down"], n["down"])
+        return native.packed_matmul(x, head, vocab)
+
+    return fn, packed
+
+
 def attention_flops(cfg, *, rows: int, seq_len: int, backward: bool = True) -> float:
     """Causal attention scores and weighted values (half the T x T square), times 3 with a backward."""
     fwd = 2 * 2 * rows * cfg.num_heads * cfg.head_dim * seq_len * seq_len / 2 * cfg.num_layers

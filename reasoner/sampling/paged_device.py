@@ -40,7 +40,7 @@ from reasoner.models.attention import window_visible
 from reasoner.models.decoder import KVCache
 from reasoner.models.rope import rope_tables
 from reasoner.sampling.engine import EOS, LENGTH, RUNNING
-from reasoner.sampling import native
+from reasoner.sampling import native, packed_weights
 from reasoner.sampling.fast_decode import layer_qkv
 from reasoner.sampling.paged_cache import NULL_BLOCK, PagedPools, head_blocks, write_tokens
 from reasoner.sampling.processors import DecodeSpec, choose_tokens
@@ -144,7 +144,7 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
         new_v.append(vp)
         x = x + attn.o_proj(_paged_attention(attn, q, kp, vp, table_SxJ, positions_S[:, None]))  # one query a slot
         x = x + block.mlp(block.mlp_norm(x))
-    logits = model.logits(model.final_norm(x)[:, 0])
+    logits = packed_weights.head_logits(model, model.final_norm(x)[:, 0])
     return logits, PagedPools(k=tuple(new_k), v=tuple(new_v))
 
 
@@ -180,7 +180,7 @@ def _verify_step(model, spec: DecodeSpec, table_SxJ, state: SlotState, draft_SxK
     positions = state.length_S[:, None] + steps_1xC
     real = (steps_1xC <= count_S[:, None]) & (positions < state.capacity_S[:, None])
     x, pools = paged_forward(model, state.pools, table_SxJ, tokens, positions, real)
-    logits = model.logits(model.final_norm(x).reshape(S * C, x.shape[-1]))
+    logits = packed_weights.head_logits(model, model.final_norm(x).reshape(S * C, x.shape[-1]))
     keys = jax.random.wrap_key_data(jnp.repeat(state.keys_Sx2, C, axis=0))
     drawn = choose_tokens(logits, keys, (positions + 1).reshape(-1), spec=spec, temperature=state.temperature,
                           top_p=state.top_p)
@@ -244,7 +244,7 @@ def prefill_into_slots(graphdef, params, state: SlotState, tokens_PxT, segments_
     positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32)[None], (P, T))
     hidden, small = model.hidden_states(tokens_PxT, positions_BxT=positions, segment_ids_BxT=segments_PxT, cache=small)
     last_PxD = jnp.take_along_axis(hidden, (lengths_P - 1)[:, None, None], axis=1)
-    logits_R = jnp.take(model.logits(last_PxD)[:, 0], row_prompt_R, axis=0)
+    logits_R = jnp.take(packed_weights.head_logits(model, last_PxD)[:, 0], row_prompt_R, axis=0)
 
     def scatter(pool, x_PxTxKVxDh):
         flat = x_PxTxKVxDh.reshape(P * T, cfg.num_kv_heads, cfg.head_dim)
@@ -346,7 +346,7 @@ def extend_slots(graphdef, params, state: SlotState, slot_ids_A, table_AxJ, toke
     real = steps_1xC < lengths_A[:, None]
     x, pools = paged_forward(model, state.pools, table_AxJ, tokens_AxC, positions, real)
     last = jnp.take_along_axis(x, jnp.maximum(lengths_A - 1, 0)[:, None, None], axis=1)  # [A, 1, D]
-    logits = model.logits(model.final_norm(last)[:, 0])
+    logits = packed_weights.head_logits(model, model.final_norm(last)[:, 0])
     length = start_A + lengths_A
     N = state.tokens_SxN.shape[1]
     sub = state.replace(pools=pools,

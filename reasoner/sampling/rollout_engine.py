@@ -57,6 +57,7 @@ import numpy as np
 from flax import nnx
 
 from reasoner.sampling import engine as static_engine
+from reasoner.sampling import packed_weights
 from reasoner.sampling import paged_device as dev
 from reasoner.sampling.buckets import batch_bucket, bucket_length, right_pad
 from reasoner.sampling.paged_cache import BlockAllocator, empty_pools, pool_bytes, prompt_writes
@@ -117,7 +118,7 @@ class RolloutEngine:
         self.speculate, self.ngram, self.draft_budget = speculate, ngram, draft_budget
         self._context = 1  # positions of each slot's tokens the device keeps (for speculation's lookup)
         self.cfg = model.cfg
-        self.graphdef, self.params = nnx.split(model)
+        self.graphdef, self.params = nnx.split(model)  # `params` is a property: setting it drops the packed copy
         self.tokenizer = tokenizer
         self.slots, self.block_size, self.chunk_steps, self.max_len = slots, block_size, chunk_steps, max_len
         self.fixed_blocks = num_blocks
@@ -128,6 +129,23 @@ class RolloutEngine:
         self._finished: dict[int, RolloutRequest] = {}
         self.stats = {"prefill_calls": 0, "decode_chunks": 0, "extend_calls": 0}
         self._session_ref: weakref.ref | None = None  # the open multi-turn session, if any
+
+    @property
+    def params(self):
+        """The model's weights (an `nnx.State` of the model passed in); assign new ones after a training update."""
+        return self._params
+
+    @params.setter
+    def params(self, state) -> None:
+        self._params = state
+        self._weights = None
+
+    def _device_weights(self):
+        """(graphdef, state) the jitted functions run: `packed_weights.for_decode` of the weights, made once per
+        assignment of `params` (the packed projections of the native CPU matmul, or the weights themselves)."""
+        if self._weights is None:
+            self._weights = packed_weights.for_decode(self.graphdef, self._params)
+        return self._weights
 
     # ----------------------------------------------------------------------------------------- API
     def generate(self, prompts, params: SamplingParams, *, max_len: int | None = None) -> list[Completion]:
@@ -242,7 +260,7 @@ class RolloutEngine:
         table = np.zeros((A, J), np.int32)
         table[:len(slots)] = self.sched.table[slots, :J]
         self.state = dev.extend_slots(
-            self.graphdef, self.params, self.state, np.asarray(slots + [self.slots] * pad, np.int32), table, tokens,
+            *self._device_weights(), self.state, np.asarray(slots + [self.slots] * pad, np.int32), table, tokens,
             np.asarray([starts[s] for s in slots] + [0] * pad, np.int32), lengths,
             np.asarray([limit] * len(slots) + [1] * pad, np.int32), spec=self.sched.distribution.spec)
         self.stats["extend_calls"] += 1
@@ -331,7 +349,7 @@ class RolloutEngine:
         limit = np.asarray([reqs[i].budgets[j] for i, j, _ in rows] + [1] * pad, np.int32)
         capacity = np.asarray([reqs[i].capacities[j] for i, j, _ in rows] + [2] * pad, np.int32)
         self.state = dev.prefill_into_slots(
-            self.graphdef, self.params, self.state, tokens, segments, lengths, src, blk, off, row_prompt, row_slot,
+            *self._device_weights(), self.state, tokens, segments, lengths, src, blk, off, row_prompt, row_slot,
             keys, limit, capacity, spec=self.sched.distribution.spec)
         self.stats["prefill_calls"] += 1
         for i, j, s in rows:
@@ -360,7 +378,7 @@ class RolloutEngine:
         draft = max(min(self.speculate, self.draft_budget // len(slot_ids) - 1), 0)
         J = self.sched.live_blocks(lengths, steps * (draft + 1))  # a step may advance 1 + draft positions
         table = self.sched.table[slot_ids, :J]
-        self.state = dev.decode_chunk(self.graphdef, self.params, self.state, slot_ids, table, steps,
+        self.state = dev.decode_chunk(*self._device_weights(), self.state, slot_ids, table, steps,
                                       spec=self.sched.distribution.spec, speculate=draft, ngram=self.ngram)
         self.stats["decode_chunks"] += 1
 

@@ -48,14 +48,16 @@ def test_decode_matmul_chain_runs_the_forward_gemms_of_one_decode_step():
     assert logits.shape == (5, 100) and bool(jnp.all(jnp.isfinite(logits)))
 
 
-def test_torch_matmul_chain_computes_the_xla_chain_on_the_same_weights():
-    """The baseline's floor multiplies the same weights in the same order: both chains equal a float64 reference
+def test_torch_and_packed_matmul_chains_compute_the_xla_chain_on_the_same_weights():
+    """The baseline's floor and the engine's packed one multiply the same weights in the same order: all three
+    chains equal a float64 reference
     within float32 rounding. Bound: a dot of K terms rounds within K * eps of the sum of |terms| (Higham's gamma_K);
     the chain has 4 dots in sequence per layer plus the head, each output feeding the next, so a relative error of
     (4 * layers + 1) * K_max * eps of the logits' scale is a worst-case allowance, not a fit to one CPU."""
     import torch
 
-    from reasoner.benchmarks.train_common import decode_matmul_chain, torch_matmul_chain
+    from reasoner.benchmarks.train_common import decode_matmul_chain, packed_matmul_chain, torch_matmul_chain
+    from reasoner.sampling import native
 
     cfg = ModelConfig(family="llama", vocab_size=100, hidden_size=16, intermediate_size=40, num_layers=3, num_heads=4,
                       num_kv_heads=2, head_dim=6, tie_embeddings=True)
@@ -76,6 +78,9 @@ def test_torch_matmul_chain_computes_the_xla_chain_on_the_same_weights():
     theirs = torch_matmul_chain(weights)(torch.from_numpy(x)).double().numpy()
     assert theirs.shape == ours.shape == (5, 100)
     assert np.abs(ours - ref).max() < tol and np.abs(theirs - ref).max() < tol
+    if native.available():
+        packed_fn, packed = packed_matmul_chain(weights)
+        assert np.abs(np.asarray(packed_fn(x, packed), np.float64) - ref).max() < tol
     assert np.abs(ref).max() > 1.0  # the chain is not vanishing: the bound is not met trivially
 
 

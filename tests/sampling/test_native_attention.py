@@ -94,10 +94,10 @@ def test_native_paged_attention_equals_the_jax_path_under_jit(kernel, monkeypatc
     tol = tolerance(q, k, v, scale=Attn.scale, L=table.shape[1] * k.shape[2])
     assert np.abs(fused - plain).max() < 2 * tol
     hlo_plain = jax.jit(lambda *a: paged_device._paged_attention(Attn, *a)).lower(q_flat, k, v, table, pos).as_text()
-    assert native.TARGET not in hlo_plain  # REASONER_NATIVE=0 still set: the JAX path
+    assert native.ATTENTION not in hlo_plain  # REASONER_NATIVE=0 still set: the JAX path
     monkeypatch.delenv("REASONER_NATIVE")
     hlo = jax.jit(lambda *a: paged_device._paged_attention(Attn, *a)).lower(q_flat, k, v, table, pos).as_text()
-    assert native.TARGET in hlo
+    assert native.ATTENTION in hlo
 
 
 def test_native_kernel_refuses_mismatched_shapes(kernel):

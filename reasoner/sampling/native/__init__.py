@@ -4,6 +4,11 @@
 one fused call (`paged_attention.cc` says what it computes and why): on XLA:CPU the pure-JAX path gathers every
 slot's blocks into a copy and runs tiny batched dots, most of a batch-16 decode step outside the projections.
 
+`packed_matmul(x, w_packed, n)` is x [M, K] . W [K, n] with W stored by `pack` as panels of 32 columns
+([ceil(n / 32), K, 32]; `packed_matmul.cc`): for the few rows of a decode step it runs about 1.4x faster than
+XLA's GEMM on the same weights (`reasoner bench generate` reports both). `reasoner.sampling.packed_weights` gives
+the rollout engine a packed copy of a model's projections.
+
 Build: `c++ -O3 -march=native -std=c++17 -shared -fPIC` against the FFI headers jaxlib ships
 (`jax.ffi.include_dir()`), once per source text, jaxlib version, compiler and CPU (its model and flags, since
 `-march=native` code may not run on another CPU), cached under `<reasoner cache>/native` (`$REASONER_CACHE`,
@@ -31,8 +36,10 @@ import tempfile
 
 log = logging.getLogger(__name__)
 
-SOURCE = pathlib.Path(__file__).with_name("paged_attention.cc")
-TARGET = "reasoner_paged_attention"
+SOURCES = tuple(pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cc", "packed_matmul.cc"))
+ATTENTION, MATMUL = "reasoner_paged_attention", "reasoner_packed_matmul"  # the FFI targets
+TARGETS = {ATTENTION: "ReasonerPagedAttention", MATMUL: "ReasonerPackedMatmul"}  # target -> the library's symbol
+PANEL = 32  # columns per packed panel (packed_matmul.cc's kPanel)
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fopenmp-simd", "-fno-math-errno", "-w")
 
 _reason = ""
@@ -53,9 +60,9 @@ def _library_path(compiler: str) -> pathlib.Path:
 
     from reasoner.tokenization import cache_dir
 
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), jaxlib.__version__, compiler, " ".join(FLAGS),
-                                    _cpu_identity()]).encode()).hexdigest()[:16]
-    return cache_dir() / "native" / f"paged_attention-{key}.so"
+    key = hashlib.sha256("\0".join([*(source.read_text() for source in SOURCES), jaxlib.__version__, compiler,
+                                    " ".join(FLAGS), _cpu_identity()]).encode()).hexdigest()[:16]
+    return cache_dir() / "native" / f"kernels-{key}.so"
 
 
 def _build(path: pathlib.Path, compiler: str) -> None:
@@ -64,7 +71,7 @@ def _build(path: pathlib.Path, compiler: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         out = pathlib.Path(tmp) / path.name
-        cmd = [compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", str(out)]
+        cmd = [compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if done.returncode:
             raise RuntimeError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -74,7 +81,7 @@ def _build(path: pathlib.Path, compiler: str) -> None:
 def _unavailable(reason: str, level: int = logging.INFO) -> bool:
     global _reason
     _reason = reason
-    log.log(level, "the native paged-attention kernel is not used: %s", reason)
+    log.log(level, "the native CPU kernels are not used: %s", reason)
     return False
 
 
@@ -90,23 +97,24 @@ def _load() -> bool:
     try:
         path = _library_path(compiler)
         if not path.exists():
-            log.info("building the native paged-attention kernel: %s", path)
+            log.info("building the native CPU kernels: %s", path)
             _build(path, compiler)
         library = ctypes.cdll.LoadLibrary(str(path))
-        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.ReasonerPagedAttention), platform="cpu")
+        for target, symbol in TARGETS.items():
+            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
     except Exception as e:  # a missing header, a compiler error, a library that does not load: keep the JAX path
         return _unavailable(f"{type(e).__name__}: {e}", logging.WARNING)
     return True
 
 
 def available() -> bool:
-    """Whether `paged_attention` runs here: `REASONER_NATIVE` is not `0` (read at each call, so a process can trace
+    """Whether the kernels run here: `REASONER_NATIVE` is not `0` (read at each call, so a process can trace
     both paths) and the kernel builds and registers (on the first call; the outcome is kept)."""
     return os.environ.get("REASONER_NATIVE", "1") != "0" and _load()
 
 
 def unavailable_reason() -> str:
-    """Why the kernel did not build or load ("" when it did, or was not tried yet)."""
+    """Why the kernels did not build or load ("" when it did, or was not tried yet)."""
     return _reason
 
 
@@ -117,6 +125,33 @@ def paged_attention(q_AxCxKVxGxDh, k_pool, v_pool, table_AxJ, positions_AxC, *, 
     import jax
     import numpy as np
 
-    return jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(q_AxCxKVxGxDh.shape, q_AxCxKVxGxDh.dtype))(
+    return jax.ffi.ffi_call(ATTENTION, jax.ShapeDtypeStruct(q_AxCxKVxGxDh.shape, q_AxCxKVxGxDh.dtype))(
         q_AxCxKVxGxDh, k_pool, v_pool, table_AxJ.astype(np.int32), positions_AxC.astype(np.int32),
         scale=np.float32(scale), window=np.int64(window))
+
+
+def pack(w_KxN):
+    """[K, N] -> [ceil(N / 32), K, 32]: column panels, each panel's K rows contiguous, zero columns past N (a jnp
+    function: traceable, and on a concrete array it runs once where the weights live)."""
+    import jax.numpy as jnp
+
+    K, N = w_KxN.shape
+    panels = -(-N // PANEL)
+    w = jnp.pad(w_KxN, ((0, 0), (0, panels * PANEL - N)))
+    return jnp.transpose(w.reshape(K, panels, PANEL), (1, 0, 2))
+
+
+def unpack(w_packed, n: int):
+    """The inverse of `pack`: [NP, K, 32] -> [K, n]."""
+    import jax.numpy as jnp
+
+    NP, K, P = w_packed.shape
+    return jnp.transpose(w_packed, (1, 0, 2)).reshape(K, NP * P)[:, :n]
+
+
+def packed_matmul(x_MxK, w_packed, n: int):
+    """[M, n] f32 = x [M, K] . W [K, n] for W = `unpack(w_packed, n)`; call only where `available()`."""
+    import jax
+
+    M = x_MxK.shape[0]
+    return jax.ffi.ffi_call(MATMUL, jax.ShapeDtypeStruct((M, n), x_MxK.dtype))(x_MxK, w_packed)
