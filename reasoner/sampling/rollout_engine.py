@@ -39,6 +39,10 @@ Speculative decoding (`speculate=k`, off by default): a decode step may verify u
 row in one forward and keep those that equal what it draws (`speculative`): the same tokens, fewer steps where outputs
 repeat their prompt or themselves.
 
+On a CPU in float32 the device functions call two native kernels (`native`): the paged attention, and a small-row
+matmul over a copy of the projections and head packed in column panels (`packed_weights.for_decode`, made when the
+engine gets weights: at construction and at each assignment of `engine.params`, e.g. after a GRPO update).
+
 Limits today: one device (the static `Sampler` shards params and cache over a mesh; the pool is not
 sharded yet, so callers on a multi-device mesh keep the static Sampler); a request's n samples are
 admitted together (n <= slots); blocks are reserved for a row's whole budget at admission (a session

@@ -11,6 +11,16 @@ from tests.models_shared import SMALL_VOCAB, TINY, random_decoder, smollm2_path 
 
 
 @pytest.fixture(scope="session")
+def native_kernels():
+    """`reasoner.sampling.native` where its kernels build and load here; a skip (a failure under CI) elsewhere."""
+    from reasoner.sampling import native
+
+    if not native.available():
+        pytest.skip(f"the native kernels are unavailable here: {native.unavailable_reason()}")
+    return native
+
+
+@pytest.fixture(scope="session")
 def tiny_model():
     return random_decoder(TINY, seed=0, scale=1.0)
 

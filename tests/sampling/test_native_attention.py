@@ -11,10 +11,8 @@ EPS = np.finfo(np.float32).eps
 
 
 @pytest.fixture(scope="module")
-def kernel():
-    if not native.available():
-        pytest.skip(f"the native kernel is unavailable here: {native.unavailable_reason()}")
-    return native.paged_attention
+def kernel(native_kernels):
+    return native_kernels.paged_attention
 
 
 def brute_force(q, k, v, table, pos, *, scale, window):

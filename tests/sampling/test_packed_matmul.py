@@ -12,10 +12,8 @@ EPS = np.finfo(np.float32).eps
 
 
 @pytest.fixture(scope="module")
-def kernel():
-    if not native.available():
-        pytest.skip(f"the native kernels are unavailable here: {native.unavailable_reason()}")
-    return native.packed_matmul
+def kernel(native_kernels):
+    return native_kernels.packed_matmul
 
 
 def bound(x, w):
