@@ -19,6 +19,7 @@ weight update (`RolloutEngine.params = ...`), not per step.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -40,14 +41,14 @@ class PackedKernel(nnx.Module):
     head's embedding is), contracting the last `n_in` dims of x: the packed kernel for at most `MAX_ROWS` rows,
     XLA's dot on `dense` for more. Same results within float32 rounding (summation order differs)."""
 
-    def __init__(self, dense: nnx.Variable, *, n_in: int = 1, transposed: bool = False):
+    def __init__(self, dense: nnx.Variable, *, n_in: int = 1, transposed: bool = False, panels=None):
         w = dense[...]
         self.transposed = transposed
         self.out_dims = (int(w.shape[0]),) if transposed else tuple(int(d) for d in w.shape[n_in:])
         self.n = math.prod(self.out_dims)
         self.k = int(w.shape[1]) if transposed else math.prod(w.shape[:n_in])
         self.dense = dense
-        self.panels = Panels(native.pack(w.T if transposed else w.reshape(self.k, self.n)))
+        self.panels = Panels(_pack_all((w,), (transposed,), (self.k,))[0] if panels is None else panels)
 
     def __call__(self, x: jax.Array, *, n_in: int) -> jax.Array:
         lead = x.shape[:x.ndim - n_in]
@@ -65,23 +66,34 @@ def _packable(w: jax.Array) -> bool:
     return w.dtype == jnp.float32 and w.ndim >= 2
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _pack_all(weights, transposed, k):
+    """Every weight packed in one program (one pass over memory; eagerly, three ops a weight took ~1 s for SmolLM2):
+    weight i is [k_i, ...] flattened to [k_i, n_i], or stored [n_i, k_i] where `transposed[i]`."""
+    return [native.pack(w.T if t else w.reshape(ki, -1)) for w, t, ki in zip(weights, transposed, k)]
+
+
 def for_decode(graphdef, state):
     """(graphdef, state) of a copy of the model with packed projections and head (see the module docstring), or the
     arguments themselves where the native kernels do not run or nothing is float32."""
     if not native.available():
         return graphdef, state
     model = nnx.merge(graphdef, state)  # new module objects over the same arrays: the caller's model is untouched
-    packed = 0
-    for _, module in list(nnx.iter_modules(model)):
-        if isinstance(module, Proj) and isinstance(module.kernel, nnx.Variable) and _packable(module.kernel[...]) \
-                and jnp.dtype(module.dtype) == jnp.float32:
-            module.kernel = PackedKernel(module.kernel, n_in=len(module.in_shape))
-            packed += 1
-    if not packed:
+    projs = [m for _, m in nnx.iter_modules(model) if isinstance(m, Proj) and isinstance(m.kernel, nnx.Variable)
+             and _packable(m.kernel[...]) and jnp.dtype(m.dtype) == jnp.float32]
+    if not projs:
         return graphdef, state
     head = model.embed if model.lm_head is None else model.lm_head
-    if _packable(head[...]) and jnp.dtype(model.cfg.dtype) == jnp.float32:
-        model.packed_head = PackedKernel(head, transposed=model.lm_head is None)
+    with_head = _packable(head[...]) and jnp.dtype(model.cfg.dtype) == jnp.float32
+    dense = [p.kernel for p in projs] + ([head] if with_head else [])
+    transposed = (False,) * len(projs) + ((model.lm_head is None,) if with_head else ())
+    k = tuple(math.prod(p.kernel[...].shape[:len(p.in_shape)]) for p in projs) + \
+        ((int(head[...].shape[1]) if model.lm_head is None else int(head[...].shape[0]),) if with_head else ())
+    panels = _pack_all(tuple(d[...] for d in dense), transposed, k)
+    for p, packed in zip(projs, panels):
+        p.kernel = PackedKernel(p.kernel, n_in=len(p.in_shape), panels=packed)
+    if with_head:
+        model.packed_head = PackedKernel(head, transposed=transposed[-1], panels=panels[-1])
     return nnx.split(model)
 
 
