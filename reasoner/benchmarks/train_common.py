@@ -192,6 +192,16 @@ def step_gemms(cfg, *, tokens: int, backward: bool = True) -> list[tuple[int, in
     return out
 
 
+def _chain_layers(x, layers, mm):
+    """The layers of `decode_matmul_chain`'s chain, written once for every backend: `mm(a, layer, name)` multiplies
+    `a` by `layer`'s weight `name`; `x` and the products are jax arrays or torch tensors alike (both have `.mean()`)."""
+    for layer in layers:
+        q, k, v = mm(x, layer, "q"), mm(x, layer, "k"), mm(x, layer, "v")
+        x = x + mm(q, layer, "o") + 1e-3 * (k.mean() + v.mean())
+        x = x + mm(mm(x, layer, "gate") * mm(x, layer, "up"), layer, "down")
+    return x
+
+
 def decode_matmul_chain(cfg, *, rows: int, seed: int = 0):
     """(fn, weights): the matmuls of one decode step of `rows` rows alone, as one jitted chain over weights of the
     model's shapes (fresh random ones, each its own array, so the step streams as many bytes as the real one):
@@ -217,11 +227,7 @@ def decode_matmul_chain(cfg, *, rows: int, seed: int = 0):
     @jax.jit
     def fn(x, weights):
         layers, head = weights
-        for p in layers:
-            q, k, v = x @ p["q"], x @ p["k"], x @ p["v"]
-            x = x + q @ p["o"] + 1e-3 * (jnp.mean(k) + jnp.mean(v))
-            x = x + ((x @ p["gate"]) * (x @ p["up"])) @ p["down"]
-        return x @ head.T
+        return _chain_layers(x, layers, lambda a, p, name: a @ p[name]) @ head.T
 
     return fn, (layers, head)
 
@@ -241,11 +247,7 @@ def torch_matmul_chain(weights):
 
     @torch.inference_mode()
     def fn(x):
-        for p in layers:
-            q, k, v = F.linear(x, p["q"]), F.linear(x, p["k"]), F.linear(x, p["v"])
-            x = x + F.linear(q, p["o"]) + 1e-3 * (k.mean() + v.mean())
-            x = x + F.linear(F.linear(x, p["gate"]) * F.linear(x, p["up"]), p["down"])
-        return F.linear(x, head)
+        return F.linear(_chain_layers(x, layers, lambda a, p, name: F.linear(a, p[name])), head)
 
     return fn
 
@@ -268,11 +270,7 @@ def packed_matmul_chain(weights):
     @jax.jit
     def fn(x, packed):
         layers, head = packed
-        for p, n in zip(layers, sizes):
-            mm = lambda a, key: native.packed_matmul(a, p[key], n[key])  # noqa: B023, E731 (used at once)
-            q, k, v = mm(x, "q"), mm(x, "k"), mm(x, "v")
-            x = x + mm(q, "o") + 1e-3 * (k.mean() + v.mean())
-            x = x + native.packed_matmul(mm(x, "gate") * mm(x, "up"), p["down"], n["down"])
+        x = _chain_layers(x, zip(layers, sizes), lambda a, pn, name: native.packed_matmul(a, pn[0][name], pn[1][name]))
         return native.packed_matmul(x, head, vocab)
 
     return fn, packed

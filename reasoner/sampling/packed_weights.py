@@ -46,7 +46,7 @@ class PackedKernel(nnx.Module):
         self.transposed = transposed
         self.out_dims = (int(w.shape[0]),) if transposed else tuple(int(d) for d in w.shape[n_in:])
         self.n = math.prod(self.out_dims)
-        self.k = int(w.shape[1]) if transposed else math.prod(w.shape[:n_in])
+        self.k = _in_size(w, n_in, transposed)
         self.dense = dense
         self.panels = Panels(_pack_all((w,), (transposed,), (self.k,))[0] if panels is None else panels)
 
@@ -60,6 +60,11 @@ class PackedKernel(nnx.Module):
             y = jnp.einsum("nd,vd->nv", x.reshape(rows, self.k), self.dense[...], preferred_element_type=jnp.float32)
             return y.reshape(lead + (self.n,))
         return flat_dot(x, self.dense[...], n_in=n_in)
+
+
+def _in_size(w, n_in: int, transposed: bool) -> int:
+    """K, the contracted size of weight `w`: its first `n_in` dims, or its last where stored [out, in]."""
+    return int(w.shape[1]) if transposed else math.prod(w.shape[:n_in])
 
 
 def _packable(w: jax.Array) -> bool:
@@ -87,11 +92,11 @@ def for_decode(graphdef, state):
     with_head = _packable(head[...]) and jnp.dtype(model.cfg.dtype) == jnp.float32
     dense = [p.kernel for p in projs] + ([head] if with_head else [])
     transposed = (False,) * len(projs) + ((model.lm_head is None,) if with_head else ())
-    k = tuple(math.prod(p.kernel[...].shape[:len(p.in_shape)]) for p in projs) + \
-        ((int(head[...].shape[1]) if model.lm_head is None else int(head[...].shape[0]),) if with_head else ())
+    n_in = tuple(len(p.in_shape) for p in projs) + ((1,) if with_head else ())
+    k = tuple(_in_size(d[...], n, t) for d, n, t in zip(dense, n_in, transposed))
     panels = _pack_all(tuple(d[...] for d in dense), transposed, k)
-    for p, packed in zip(projs, panels):
-        p.kernel = PackedKernel(p.kernel, n_in=len(p.in_shape), panels=packed)
+    for p, n, packed in zip(projs, n_in, panels):
+        p.kernel = PackedKernel(p.kernel, n_in=n, panels=packed)
     if with_head:
         model.packed_head = PackedKernel(head, transposed=transposed[-1], panels=panels[-1])
     return nnx.split(model)
