@@ -68,6 +68,41 @@ def test_native_paged_attention_equals_the_float64_brute_force(kernel, C, window
     assert np.abs(want).max() > 0.1  # outputs are not all zero: the bound is not met trivially
 
 
+@pytest.mark.parametrize("G, Dh, bs, J", [(3, 64, 16, 12), (7, 128, 8, 9), (1, 32, 5, 7), (4, 24, 4, 10)])
+def test_native_paged_attention_head_shapes(kernel, G, Dh, bs, J):
+    """The vector paths at real head sizes (scores a lane-width of positions at a time through the transposing
+    sum; values for several heads in registers, in more than one pass when G heads do not fit), lengths that are not
+    a multiple of the lane width and blocks smaller than it, and a head size no vector width divides (24: the
+    scalar path). Scores up to ~+-40 put the vector exp's whole range to use."""
+    rng = np.random.default_rng(G * Dh + bs)
+    q, k, v, table, pos = problem(rng, A=5, C=2, KV=2, G=G, Dh=Dh, NB=3 * J, bs=bs, J=J)
+    pos[1:-1] = rng.integers(J * bs // 2, J * bs, pos[1:-1].shape)  # long rows: many lanes' worth of positions
+    scale = 0.5 * Dh ** -0.5
+    for window in (0, 11):
+        got = np.asarray(kernel(q, k, v, table, pos, scale=scale, window=window))
+        want = brute_force(q, k, v, table, pos, scale=scale, window=window)
+        tol = tolerance(q, k, v, scale=scale, L=J * bs)
+        assert np.abs(got - want).max() < tol
+        assert np.abs(want).max() > 0.1
+
+
+def test_native_paged_attention_with_exact_scores_is_within_a_few_ulp(kernel):
+    """Queries and keys in halves and small integers make every score exact in float32, so what is left is the
+    softmax's own rounding: the vector exp (within 1 ulp of std::exp), the sum of L weights and the weighted sum of
+    L values (L * eps each at most). Scores spread over [-100, 0] past the max, through the exp's whole range and
+    below its cut-off at -87."""
+    rng = np.random.default_rng(3)
+    q, k, v, table, pos = problem(rng, A=4, C=1, KV=1, G=3, Dh=64, NB=30, bs=16, J=12)
+    q = rng.integers(-4, 5, q.shape).astype(np.float32) / 2
+    k = rng.integers(-2, 3, k.shape).astype(np.float32)
+    got = np.asarray(kernel(q, k, v, table, pos, scale=1.0, window=0))
+    want = brute_force(q, k, v, table, pos, scale=1.0, window=0)
+    L = table.shape[1] * k.shape[2]
+    assert np.abs(got - want).max() < (4 + 2 * L) * EPS * np.abs(v).max()
+    spread = q[1, 0, 0] @ k[0].reshape(-1, 64).T
+    assert spread.max() - spread.min() > 87  # the cut-off is crossed
+
+
 def test_native_paged_attention_equals_the_jax_path_under_jit(kernel, monkeypatch):
     """`paged_device._paged_attention` takes the kernel when it is available and keeps its pure-JAX code otherwise;
     both, jitted, give the same attention within float32 rounding (here with many slots: work split over threads)."""
