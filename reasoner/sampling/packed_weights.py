@@ -4,12 +4,13 @@ the native small-row matmul (`native.packed_matmul`).
     graphdef, state = for_decode(graphdef, state)   # the engine's jitted functions take these
 
 A decode step multiplies one row per slot by every weight once; at those few rows XLA's GEMM runs far below the
-machine's memory bandwidth (SmolLM2, 2 cores: the step's matmuls take 47.6 ms at 16 rows through XLA, 36.3 ms
-packed; 25.9 and 22.4 ms at one row; `reasoner bench generate` reports its own). `for_decode` returns a copy of the
+machine's memory bandwidth (SmolLM2, 2 cores: the step's matmuls take 56.2 ms at 16 rows through XLA, 40.4 ms
+packed; 27.8 and 26.1 ms at one row; `reasoner bench generate` reports its own). `for_decode` returns a copy of the
 model whose `Proj` kernels are `PackedKernel`s and which carries `packed_head`, the tied or untied vocabulary head
 packed the same way; `paged_device` calls `head_logits` for the logits. A `PackedKernel` keeps the float kernel
 beside its panels (the same array as the caller's, no copy) and uses it for more than `MAX_ROWS` rows (prefills,
-wide speculative passes), where XLA's blocked GEMM is the faster one (64 rows: 84.7 vs 91.3 ms).
+wide speculative passes), where XLA's blocked GEMM is the faster one (64 rows: 94.3 vs 97.9 ms; 48 rows: 90.5 vs
+79.2 ms packed, 32 rows: 73.9 vs 58.6 ms).
 
 Where the native kernels are unavailable (another backend, no compiler, `REASONER_NATIVE=0`) or the weights are not
 float32, `for_decode` returns its arguments unchanged: the engine computes the same thing through XLA. The packed
@@ -29,7 +30,7 @@ from flax import nnx
 from reasoner.models.layers import Proj, flat_dot
 from reasoner.sampling import native
 
-MAX_ROWS = 32  # at most this many rows go through the packed kernel (measured: faster up to 32 rows, slower at 64)
+MAX_ROWS = 48  # at most this many rows go through the packed kernel (measured: faster up to 48 rows, slower at 64)
 
 
 class Panels(nnx.Variable):
