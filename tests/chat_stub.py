@@ -38,11 +38,18 @@ class ChatStub(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    # socketserver's listen backlog of 5 dropped connections when 8 concurrent judge calls (and their retries) hit a
+    # stub whose handlers sleep: a dropped SYN timed the client out before its body was sent, so a retry the client
+    # made never reached the stub's `bodies`.
+    request_queue_size = 128
+
+
 @contextlib.contextmanager
 def serve(handler: type[ChatStub]):
     """Runs `handler` on a free local port; yields the base URL of its OpenAI-style API."""
     handler.bodies = []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd = _Server(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
