@@ -22,8 +22,9 @@
 // summed by one transposing tree (SumLanes) instead of a horizontal sum per dot; the softmax with a vector exp
 // (within 1 ulp of std::exp); the weighted values of up to 6 heads at a time in registers. Rows are prefetched
 // kAhead positions ahead through the block table. Other head sizes take the scalar loops. At SmolLM2's shapes
-// (16 slots, 3 kv heads of 3 query heads, Dh 64, 192 positions, 30 layers) that is 6.7 ms against 12.6 ms for a dot and an
-// axpy a position and head (this kernel's first version), on 2 cores of an AVX-512 Xeon; reading the 142 MB of keys and values takes ~5.7 ms.
+// (16 slots, 3 kv heads of 3 query heads, Dh 64, 192 positions, 30 layers) that is 6.7 ms against 12.6 ms for a
+// dot and an axpy a position and head (this kernel's first version), on 2 cores of an AVX-512 Xeon; reading the
+// 142 MB of keys and values takes ~5.7 ms.
 //
 // The softmax is max, exp and sum in f32 over the visible positions; summation order differs from XLA's, so results
 // agree within float32 rounding (tests/sampling/test_native_attention.py checks the bounds).
