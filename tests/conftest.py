@@ -160,6 +160,9 @@ FULL_TIER = {
     "tests/rlot/test_transfer.py::test_pipeline_evaluates_the_loaded_navigator_with_another_model":
         "test_loaded_navigator_is_the_trained_one loads the same navigator bit for bit; tests/rlot/test_pipeline.py "
         "runs the pipeline's evaluation stage",
+    "tests/sampling/test_sampling_smollm2.py::test_speculating_engine_greedy_matches_transformers_and_logprobs_match_forward":
+        "test_engine_speculative checks that speculation draws plain decoding's tokens (greedy and sampled, windows, "
+        "sessions) and test_sampler_and_engine_greedy_match_transformers plain decoding's on the real model",
     "tests/metrics/test_writers.py::test_grpo_logs_its_sample_completions_table":
         "test_completion_rows_carry_the_reward_registry_values builds the rows from a real reward batch and the "
         "run_loop writer test hands a step's table to the writers",

@@ -106,10 +106,15 @@ class Proj(nnx.Module):
             y = flat_dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), n_in=n_in)
         else:  # a `reasoner.models.quant.QuantizedKernel`: dequantizes inside its matmul
             y = self.kernel(x.astype(self.dtype), n_in=n_in)
+        return self.finish(x, y)
+
+    def finish(self, x: jax.Array, y: jax.Array) -> jax.Array:
+        """y = x . kernel (computed by the caller: `__call__`, or one matmul shared by several projections of the
+        same x, `reasoner.sampling.packed_weights.FusedPacked`) plus the bias and the LoRA update."""
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         if self.lora is not None:
-            y = y + self.lora(x, n_in=n_in).astype(y.dtype)
+            y = y + self.lora(x, n_in=len(self.in_shape)).astype(y.dtype)
         return y
 
 
@@ -138,4 +143,8 @@ class SwiGLU(nnx.Module):
         self.down_proj = Proj((inner,), (hidden,), in_axes=("mlp",), out_axes=("embed",), **kw)
 
     def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
-        return self.down_proj(jax.nn.silu(self.gate_proj(x_BxTxD)) * self.up_proj(x_BxTxD))
+        return self.combine(self.gate_proj(x_BxTxD), self.up_proj(x_BxTxD))
+
+    def combine(self, gate_BxTxI: jax.Array, up_BxTxI: jax.Array) -> jax.Array:
+        """down(silu(gate) * up) of projections computed by the caller (here, or one fused matmul)."""
+        return self.down_proj(jax.nn.silu(gate_BxTxI) * up_BxTxI)

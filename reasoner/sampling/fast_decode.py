@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from reasoner.models.attention import window_visible
 from reasoner.models.decoder import KVCache
 from reasoner.models.rope import apply_rope, rope_tables
+from reasoner.sampling import packed_weights
 
 
 def to_heads_major(x_BxSxKVxDh: jax.Array) -> jax.Array:
@@ -49,7 +50,7 @@ def layer_qkv(block, x_BxTxD: jax.Array, cos, sin):
     (shared by this decode step and the paged one)."""
     attn = block.attn
     h = block.attn_norm(x_BxTxD)
-    q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
+    q, k, v = packed_weights.qkv(attn, h)  # the three projections, or one call where `for_decode` fused them
     if attn.q_norm is not None:
         q, k = attn.q_norm(q), attn.k_norm(k)
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v

@@ -143,7 +143,7 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
         new_k.append(kp)
         new_v.append(vp)
         x = x + attn.o_proj(_paged_attention(attn, q, kp, vp, table_SxJ, positions_S[:, None]))  # one query a slot
-        x = x + block.mlp(block.mlp_norm(x))
+        x = x + packed_weights.swiglu(block.mlp, block.mlp_norm(x))
     logits = packed_weights.head_logits(model, model.final_norm(x)[:, 0])
     return logits, PagedPools(k=tuple(new_k), v=tuple(new_v))
 
@@ -325,7 +325,7 @@ def paged_forward(model, pools: PagedPools, table_AxJ, tokens_AxC, positions_AxC
         new_k.append(kp)
         new_v.append(vp)
         x = x + block.attn.o_proj(_paged_attention(block.attn, q, kp, vp, table_AxJ, positions_AxC))
-        x = x + block.mlp(block.mlp_norm(x))
+        x = x + packed_weights.swiglu(block.mlp, block.mlp_norm(x))
     return x, PagedPools(k=tuple(new_k), v=tuple(new_v))
 
 

@@ -81,13 +81,24 @@ def filtered_candidates(logits_BxV: jax.Array, *, spec: DecodeSpec, temperature,
 def filtered_distribution(logits_BxV: jax.Array, *, spec: DecodeSpec, temperature, top_p) -> jax.Array:
     """Probabilities [B, V] of the sampling distribution in vocabulary order (for tests and tools)."""
     if spec.greedy:
-        return jax.nn.one_hot(jnp.argmax(logits_BxV, axis=-1), logits_BxV.shape[-1], dtype=jnp.float32)
+        return jax.nn.one_hot(greedy_tokens(logits_BxV), logits_BxV.shape[-1], dtype=jnp.float32)
     values, ids = filtered_candidates(logits_BxV, spec=spec, temperature=temperature, top_p=top_p)
     probs = jax.nn.softmax(values, axis=-1)
     if ids is None:
         return probs
     rows = jnp.arange(probs.shape[0])[:, None]
     return jnp.zeros(logits_BxV.shape, jnp.float32).at[rows, ids].set(probs)
+
+
+def greedy_tokens(logits_BxV: jax.Array) -> jax.Array:
+    """int32 [B]: `jnp.argmax(logits, -1)` (the first index of the largest value; the first NaN where a row has
+    one), computed as a max, then the smallest index holding it. Why: XLA:CPU runs argmax as one variadic
+    (value, index) reduce in a scalar loop, 1.85 ms for [16, 49152] on 2 cores (AMD EPYC), against 0.50 ms for
+    these two vectorized reductions: 3% of the rollout engine's batch-16 decode step."""
+    nan = jnp.isnan(logits_BxV)
+    hit = jnp.where(jnp.any(nan, axis=-1, keepdims=True), nan, logits_BxV == jnp.max(logits_BxV, -1, keepdims=True))
+    V = logits_BxV.shape[-1]
+    return jnp.min(jnp.where(hit, jnp.arange(V, dtype=jnp.int32), V), axis=-1)
 
 
 def draw_categorical(values_BxK: jax.Array, uniform_B: jax.Array, *, block: int = 256) -> jax.Array:
@@ -136,7 +147,7 @@ def choose_tokens(logits_BxV: jax.Array, keys_B: jax.Array, positions_B: jax.Arr
                   temperature, top_p):
     """(tokens_B int32, sample_logp_B f32, model_logp_B f32); see the module docstring."""
     if spec.greedy:
-        tokens = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+        tokens = greedy_tokens(logits_BxV)
         return tokens, jnp.zeros(tokens.shape, jnp.float32), model_logprobs(logits_BxV, tokens)
     values, ids = filtered_candidates(logits_BxV, spec=spec, temperature=temperature, top_p=top_p)
     step_keys = jax.vmap(jax.random.fold_in)(keys_B, positions_B)

@@ -89,22 +89,68 @@ def test_packed_kernel_matches_xla_below_and_above_the_row_limit(kernel, transpo
 
 
 def test_for_decode_packs_a_copy_and_leaves_the_callers_model_alone(kernel, small_vocab_model, monkeypatch):
-    """Every f32 projection (with qkv biases: Proj adds the bias after the packed product) and the head (untied
-    here, stored [D, V]) get panels in the copy; the caller's graph and arrays are unchanged and shared; REASONER_NATIVE=0 packs nothing."""
+    """In the copy every layer's q | k | v and gate | up are fused panels, o and down projections get their own, and
+    so does the head (untied here, stored [D, V]); the fused projections keep their float kernels; the caller's
+    graph and arrays are unchanged and shared; REASONER_NATIVE=0 packs nothing."""
     from reasoner.models.layers import Proj
 
     graphdef, state = nnx.split(small_vocab_model)
     packed_def, packed_state = packed_weights.for_decode(graphdef, state)
     model = nnx.merge(packed_def, packed_state)
-    projs = [m for _, m in nnx.iter_modules(model) if isinstance(m, Proj)]
-    assert projs and all(isinstance(p.kernel, packed_weights.PackedKernel) for p in projs)
+    for block in model.layers:
+        attn, mlp = block.attn, block.mlp
+        assert isinstance(attn.packed_qkv, packed_weights.FusedPacked) and attn.packed_qkv.sizes == (32, 16, 16)
+        assert isinstance(mlp.packed_gate_up, packed_weights.FusedPacked) and mlp.packed_gate_up.sizes == (48, 48)
+        assert attn.packed_qkv.panels[...].shape == (2, 32, 32)  # 64 columns, K = 32
+        assert all(isinstance(p.kernel, nnx.Param) for p in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj,
+                                                              mlp.up_proj))
+        assert all(isinstance(p.kernel, packed_weights.PackedKernel) for p in (attn.o_proj, mlp.down_proj))
     assert isinstance(model.packed_head, packed_weights.PackedKernel) and not model.packed_head.transposed
     assert model.packed_head.dense[...] is small_vocab_model.lm_head[...]
     originals = [m for _, m in nnx.iter_modules(small_vocab_model) if isinstance(m, Proj)]
     assert all(isinstance(p.kernel, nnx.Param) for p in originals)
-    assert projs[0].kernel.dense[...] is originals[0].kernel[...]  # shared, not copied
+    assert not hasattr(small_vocab_model.layers[0].attn, "packed_qkv")
+    assert model.layers[0].attn.q_proj.kernel[...] is small_vocab_model.layers[0].attn.q_proj.kernel[...]
+    assert model.layers[0].attn.o_proj.kernel.dense[...] is small_vocab_model.layers[0].attn.o_proj.kernel[...]
     monkeypatch.setenv("REASONER_NATIVE", "0")
     assert packed_weights.for_decode(graphdef, state) == (graphdef, state)
+
+
+def test_fused_projections_equal_each_projection_with_its_bias_and_lora(kernel, small_vocab_model):
+    """`packed_weights.qkv` and `swiglu` on the packed copy against the caller's own modules (q/k/v biases, and
+    LoRA adapters with nonzero B on q, v and up so their updates count): equal within float32 rounding, one native
+    call each for up to MAX_ROWS rows, and no native call beyond (the projections' XLA dots)."""
+    import jax
+    import jax.numpy as jnp
+
+    from reasoner.models.lora import apply_lora
+
+    model = nnx.clone(small_vocab_model)
+    apply_lora(model, pattern=r"(q_proj|v_proj|up_proj)$", rank=2, alpha=4.0)
+    rng = np.random.default_rng(5)
+    for _, m in nnx.iter_modules(model):
+        if getattr(m, "lora", None) is not None:
+            m.lora.b.set_value(jnp.asarray(rng.standard_normal(m.lora.b[...].shape, np.float32)))
+        if getattr(m, "bias", None) is not None:
+            m.bias.set_value(jnp.asarray(rng.standard_normal(m.bias[...].shape, np.float32)))
+    packed = nnx.merge(*packed_weights.for_decode(*nnx.split(model)))
+    attn, mlp = model.layers[1].attn, model.layers[1].mlp
+    fused_attn, fused_mlp = packed.layers[1].attn, packed.layers[1].mlp
+    for rows in (3, packed_weights.MAX_ROWS, packed_weights.MAX_ROWS + 1):
+        h = jnp.asarray(rng.standard_normal((rows, 1, 32), np.float32))
+        call = jax.jit(lambda h: (packed_weights.qkv(fused_attn, h), packed_weights.swiglu(fused_mlp, h)))
+        (q, k, v), out = call(h)
+        want = (attn.q_proj(h), attn.k_proj(h), attn.v_proj(h), mlp(h))
+        for got, ref in zip((q, k, v, out), want):
+            assert got.shape == ref.shape
+            # only the summation order differs: sums of <= 48 products, twice through the MLP, so within
+            # 2 * 2 * gamma_48 of the terms' magnitudes; 200 eps of the largest output (+1) covers that and is far
+            # below a dropped bias, LoRA update or shifted column (each O(1) here)
+            atol = 200 * EPS * (float(jnp.max(jnp.abs(ref))) + 1)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=0, atol=atol)
+        assert float(jnp.min(jnp.max(jnp.abs(attn.v_proj.lora(h, n_in=1)), axis=-1))) > 1e3 * atol  # LoRA counts
+        text = call.lower(h).as_text()
+        assert text.count(native.MATMUL) == (3 if rows <= packed_weights.MAX_ROWS else 0)  # qkv, gate|up, down
 
 
 def test_the_engine_decodes_through_packed_weights_and_follows_new_ones(kernel, small_vocab_model, monkeypatch):

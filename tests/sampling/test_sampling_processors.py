@@ -246,3 +246,27 @@ def test_draw_categorical_inverts_the_cdf_and_never_picks_zero_mass():
         if 1e-6 < u < 1 - 1e-6:
             assert np.min(np.abs(cdf - u * cdf[-1])) > 64 * EPS32 * cdf[-1]
             assert got[row] == want, (row, u, got[row], want)
+
+
+def test_greedy_tokens_equal_numpy_argmax_with_ties_infinities_and_nan():
+    """`greedy_tokens` against `np.argmax` (first index of the maximum; first NaN where a row has one): random
+    rows, ties (the first wins), rows all -inf, +inf, a NaN after the max, a vocabulary of one."""
+    import jax
+    import numpy as np
+
+    from reasoner.sampling.processors import greedy_tokens
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((9, 1000)).astype(np.float32)
+    x[1, [5, 700]] = 9.0  # a tie: 5 wins
+    x[2] = -np.inf
+    x[3, [3, 900]] = np.inf
+    x[4, 10], x[4, 20] = 9.0, np.nan  # NaN after the max: NaN's index, as argmax
+    x[5, [40, 30]] = np.nan
+    x[6] = 0.0
+    x[7, -1] = 50.0
+    got = np.asarray(jax.jit(greedy_tokens)(x))
+    assert got.dtype == np.int32
+    assert got.tolist() == np.argmax(x, axis=-1).tolist()
+    assert got[:6].tolist() == [int(np.argmax(x[0])), 5, 0, 3, 20, 30]
+    assert np.asarray(greedy_tokens(np.ones((2, 1), np.float32))).tolist() == [0, 0]

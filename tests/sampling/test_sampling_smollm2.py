@@ -1,8 +1,8 @@
-"""The static sampler and the rollout engine on the real SmolLM2-135M-Instruct (f32), in one pass: greedy tokens
+"""The static sampler and the rollout engine on the real SmolLM2-135M-Instruct (f32): greedy tokens
 equal transformers' greedy `generate` for every prompt (the engine with fewer slots than prompts, so rows refill
 slots mid-run, and a block size that splits the prompts' last blocks); each one's log-probs equal the
 teacher-forced forward's within the float32 error at SmolLM2's depth (`tests.tolerances.logprob_atol`). The engine
-with prompt-lookup speculation (`speculate=6`) too, keeping draft tokens."""
+with prompt-lookup speculation (`speculate=6`) too, keeping draft tokens (in the `full` tier: `make test-all`)."""
 
 import numpy as np
 import pytest
@@ -25,19 +25,12 @@ QUESTIONS = [
 NEW_TOKENS = 48
 
 
-@pytest.mark.slow
-def test_sampler_and_engine_greedy_match_transformers_and_logprobs_match_forward(smollm2, smollm2_torch, tokenizer):
+def _check_against_transformers(smollm2, smollm2_torch, tokenizer, prompts, runs: dict) -> None:
+    """Each of `runs` (name -> results for `prompts`, greedy, NEW_TOKENS) equals transformers' greedy `generate`
+    token for token, with its finish reason, and its log-probs equal the teacher-forced forward's."""
     import torch
 
-    prompts = [chat_ids(tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS]
     eos = stop_token_ids(tokenizer)
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=0.0)
-    static = Sampler(smollm2, tokenizer).generate(prompts, params)
-    engine = RolloutEngine(smollm2, tokenizer, slots=4, block_size=16, chunk_steps=8)
-    paged = engine.generate(prompts, params)
-    assert engine.stats["prefill_calls"] >= 2  # 6 prompts through 4 slots
-    speculating = RolloutEngine(smollm2, tokenizer, slots=4, block_size=16, chunk_steps=8, speculate=6)
-    drafted = speculating.generate(prompts, params)
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
@@ -45,24 +38,46 @@ def test_sampler_and_engine_greedy_match_transformers_and_logprobs_match_forward
         out = smollm2_torch.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
                                      eos_token_id=list(eos), pad_token_id=tokenizer.pad_token_id)
     compared = 0
-    for i, (prompt, s, e, d) in enumerate(zip(prompts, static, paged, drafted)):
+    for i, prompt in enumerate(prompts):
         theirs = out[i, width:].tolist()
         stop = next((j + 1 for j, t in enumerate(theirs) if t in eos), len(theirs))
         want = theirs[:stop]
-        assert list(s.tokens) == want, f"prompt {i}: sampler {s.text!r} vs {tokenizer.decode(want)!r}"
-        assert list(e.tokens) == want, f"prompt {i}: engine {e.text!r} vs {tokenizer.decode(want)!r}"
-        assert list(d.tokens) == want, f"prompt {i}: speculating engine {d.text!r} vs {tokenizer.decode(want)!r}"
         finish = "eos" if want and want[-1] in eos else "length"
-        assert s.finish_reason == e.finish_reason == d.finish_reason == finish
-        compared += len(want)
         full = prompt + want
         logits = teacher_forced_logits(smollm2, full)[len(prompt) - 1: len(full) - 1]
         forward = log_softmax(logits)[np.arange(len(want)), want]
         atol = logprob_atol(logits, smollm2.cfg, seq_len=len(full))
-        np.testing.assert_allclose(s.model_logprobs, forward, atol=atol, err_msg=f"sampler, prompt {i}")
-        np.testing.assert_allclose(e.model_logprobs, forward, atol=atol, err_msg=f"engine, prompt {i}")
-        np.testing.assert_allclose(d.model_logprobs, forward, atol=atol, err_msg=f"speculating engine, prompt {i}")
+        for name, results in runs.items():
+            r = results[i]
+            assert list(r.tokens) == want, f"prompt {i}: {name} {r.text!r} vs {tokenizer.decode(want)!r}"
+            assert r.finish_reason == finish, f"prompt {i}: {name}"
+            np.testing.assert_allclose(r.model_logprobs, forward, atol=atol, err_msg=f"{name}, prompt {i}")
+        compared += len(want)
     assert compared >= 6 * 16  # the chat answers are not all trivially short
+
+
+def _chat_prompts(tokenizer):
+    return [chat_ids(tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS]
+
+
+@pytest.mark.slow
+def test_sampler_and_engine_greedy_match_transformers_and_logprobs_match_forward(smollm2, smollm2_torch, tokenizer):
+    prompts = _chat_prompts(tokenizer)
+    params = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=0.0)
+    static = Sampler(smollm2, tokenizer).generate(prompts, params)
+    engine = RolloutEngine(smollm2, tokenizer, slots=4, block_size=16, chunk_steps=8)
+    paged = engine.generate(prompts, params)
+    assert engine.stats["prefill_calls"] >= 2  # 6 prompts through 4 slots
+    _check_against_transformers(smollm2, smollm2_torch, tokenizer, prompts, {"sampler": static, "engine": paged})
+
+
+@pytest.mark.slow
+def test_speculating_engine_greedy_matches_transformers_and_logprobs_match_forward(smollm2, smollm2_torch, tokenizer):
+    """The same with prompt-lookup speculation (`speculate=6`), keeping draft tokens."""
+    prompts = _chat_prompts(tokenizer)
+    speculating = RolloutEngine(smollm2, tokenizer, slots=4, block_size=16, chunk_steps=8, speculate=6)
+    drafted = speculating.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, temperature=0.0))
+    _check_against_transformers(smollm2, smollm2_torch, tokenizer, prompts, {"speculating engine": drafted})
     assert int(speculating.state.accepted) >= 5  # drafts were kept (9 on chat answers that rarely repeat)
 
 
