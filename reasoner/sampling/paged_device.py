@@ -129,7 +129,13 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
     S, J = table_SxJ.shape
     bs = pools.block_size
     x = jnp.take(model.embed[...], tokens_S, axis=0).astype(cfg.dtype)[:, None, :]  # [S, 1, D]
-    cos, sin = rope_tables(positions_S[:, None], model.inv_freq)
+    # RoPE's cos/sin looked up in a table of every position the J blocks hold: the table does not depend on the
+    # step, so XLA computes it once per decode chunk, outside the loop; computed from `positions_S`, XLA fused
+    # the cos and sin into each layer's q and k rotation, 2L evaluations a step (engine step at 16 rows, AMD EPYC
+    # 2 cores: 40.7 vs 45.2 ms, medians of three paired runs). Same values: the same function of the same positions.
+    cos_P, sin_P = rope_tables(jnp.arange(J * bs, dtype=jnp.int32)[None], model.inv_freq)
+    at = jnp.minimum(positions_S, J * bs - 1)  # done rows past their capacity only; their output is discarded
+    cos, sin = jnp.take(cos_P[0], at, axis=0)[:, None], jnp.take(sin_P[0], at, axis=0)[:, None]
     col = positions_S // bs
     block_S = jnp.where(col < J, jnp.take_along_axis(table_SxJ, jnp.minimum(col, J - 1)[:, None], axis=1)[:, 0],
                         NULL_BLOCK)
