@@ -155,7 +155,7 @@ def for_decode(graphdef, state):
     weights = tuple(tuple(p.kernel[...] for p in g) for g in groups) + (((head[...],),) if with_head else ())
     transposed = (False,) * len(groups) + ((tied,) if with_head else ())
     k = tuple(math.prod(g[0].in_shape) for g in groups)
-    k += (int(head[...].shape[1 if tied else 0]),) if with_head else ()
+    k += (_in_size(head[...], 1, tied),) if with_head else ()
     panels = iter(_pack_all(weights, transposed, k))
     for (owner, name, projs), packed in zip(fused, panels):
         setattr(owner, name, FusedPacked(projs, packed))
