@@ -27,6 +27,9 @@ passes the batch ran (N - 1 over passes: the slowest row's pace at batch > 1; 1.
 `baseline_same_tokens` whether they equal transformers'. At batch 1 transformers runs its own prompt lookup too
 (`generate(prompt_lookup_num_tokens=k)`, batch 1 only): `baseline_lookup_tok_s` and `engine_spec_ratio_vs_lookup`,
 the like-for-like comparison.
+With two or more batches, a last object compares the engine's decode step at the largest batch with the smallest,
+the two timed in alternation: {"engine_step_ratio_batches", "engine_step_ms_interleaved", "engine_step_ratio",
+"rounds"} (the rows' own `engine_decode_step_ms` are minutes apart).
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ def run(args) -> int:
     N = args.new_tokens
     params = SamplingParams(max_new_tokens=N, temperature=0.0, eos_ids=())
 
+    engines = {}  # batch -> (engine, prompts), for the interleaved step ratio after the loop
     for batch in (int(b) for b in args.batches.split(",")):
         prompts = _prompts(tokenizer, batch=batch, length=args.prompt_len)
         ids = torch.tensor(prompts, dtype=torch.long)
@@ -146,13 +150,34 @@ def run(args) -> int:
             row.update(engine_tok_s=round(batch * N / engine_s, 2), engine_ratio=round(theirs_s / engine_s, 3),
                        engine_decode_step_ms=round(1e3 * _engine_step_s(engine, prompts, params, steps=N - 1,
                                                                         repeats=args.repeats), 2))
+            engines[batch] = (engine, prompts)
         if not args.no_engine and args.speculate:
             row.update(_speculative_row(ours_model, tokenizer, prompts, params, args, outputs, run_theirs, theirs_s))
         if not args.json:
             row["ours_s"] = [round(x, 3) for x in times_ours]
             row["baseline_s"] = [round(x, 3) for x in times_theirs]
         print(json.dumps(row), flush=True)
+    if len(engines) >= 2:
+        print(json.dumps(_step_ratio_row(engines, params, rounds=max(args.repeats, 5))), flush=True)
     return 0
+
+
+def _step_ratio_row(engines: dict, params, *, rounds: int) -> dict:
+    """The engine's decode step at the largest batch over the step at the smallest, the two measured in alternation
+    (`rounds` rounds, one timed decode of every batch each; medians), so that a drift of the machine between the
+    settings' rows, minutes apart, does not enter the ratio."""
+    import statistics
+
+    small, large = min(engines), max(engines)
+    times = {b: [] for b in (small, large)}
+    for _ in range(rounds):
+        for b in (small, large):
+            engine, prompts = engines[b]
+            times[b].append(_engine_step_s(engine, prompts, params, steps=params.max_new_tokens - 1, repeats=1))
+    step = {b: statistics.median(t) for b, t in times.items()}
+    return {"engine_step_ratio_batches": [small, large], "engine_step_ms_interleaved": {
+        str(b): round(1e3 * s, 2) for b, s in step.items()}, "engine_step_ratio": round(step[large] / step[small], 3),
+        "rounds": rounds}
 
 
 def _speculative_row(model, tokenizer, prompts, params, args, outputs, run_theirs, theirs_s) -> dict:

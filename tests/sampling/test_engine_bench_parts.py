@@ -132,3 +132,30 @@ def test_rollout_bench_sessions_draw_the_same_turns_on_the_engine_and_the_static
     assert go_engine() == drawn == go_static()  # the engine's session closes and frees its slots for the next
     assert len(tokenizer.encode(APPEND, add_special_tokens=False)) == 20
     assert kv_engine() > 0 and kv_static() > 0
+
+
+def test_generate_bench_step_ratio_alternates_the_batches_and_divides_their_medians(small_vocab_model, monkeypatch):
+    """`bench generate`'s last line: every round times each engine once (the smallest batch first), and the ratio
+    is the largest batch's median step over the smallest's; each timed decode finishes all of its requests."""
+    from reasoner.benchmarks import generate
+    from reasoner.sampling.rollout_engine import RolloutEngine
+
+    params = SamplingParams(max_new_tokens=5, temperature=0.0, eos_ids=())
+    prompts = {1: [[5, 17, 9]], 3: [[5, 17, 9], [12, 3], [8, 8, 20, 1]]}
+    engines = {b: (RolloutEngine(small_vocab_model, slots=b, block_size=4, chunk_steps=5), prompts[b]) for b in (3, 1)}
+    for engine, p in engines.values():
+        engine.generate(p, params)
+    real, calls, fake = generate._engine_step_s, [], {1: [0.010, 0.030, 0.020], 3: [0.050, 0.020, 0.070]}
+
+    def timed(engine, p, params, *, steps, repeats):
+        batch = len(p)
+        assert steps == 4 and repeats == 1 and engines[batch][0] is engine
+        real(engine, p, params, steps=steps, repeats=repeats)  # really decodes (and asserts every request ends)
+        calls.append(batch)
+        return fake[batch][sum(c == batch for c in calls) - 1]
+
+    monkeypatch.setattr(generate, "_engine_step_s", timed)
+    row = generate._step_ratio_row(engines, params, rounds=3)
+    assert calls == [1, 3, 1, 3, 1, 3]
+    assert row == {"engine_step_ratio_batches": [1, 3], "engine_step_ms_interleaved": {"1": 20.0, "3": 50.0},
+                   "engine_step_ratio": 2.5, "rounds": 3}
