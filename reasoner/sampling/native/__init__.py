@@ -37,6 +37,7 @@ import tempfile
 log = logging.getLogger(__name__)
 
 SOURCES = tuple(pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cc", "packed_matmul.cc"))
+HEADERS = (pathlib.Path(__file__).with_name("pool_work.h"),)  # included by both sources: part of the build's key
 ATTENTION, MATMUL = "reasoner_paged_attention", "reasoner_packed_matmul"  # the FFI targets
 TARGETS = {ATTENTION: "ReasonerPagedAttention", MATMUL: "ReasonerPackedMatmul"}  # target -> the library's symbol
 PANEL = 32  # columns per packed panel (packed_matmul.cc's kPanel)
@@ -60,8 +61,9 @@ def _library_path(compiler: str) -> pathlib.Path:
 
     from reasoner.tokenization import cache_dir
 
-    key = hashlib.sha256("\0".join([*(source.read_text() for source in SOURCES), jaxlib.__version__, compiler,
-                                    " ".join(FLAGS), _cpu_identity()]).encode()).hexdigest()[:16]
+    texts = [source.read_text() for source in (*SOURCES, *HEADERS)]
+    key = hashlib.sha256("\0".join([*texts, jaxlib.__version__, compiler, " ".join(FLAGS),
+                                    _cpu_identity()]).encode()).hexdigest()[:16]
     return cache_dir() / "native" / f"kernels-{key}.so"
 
 

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "pool_work.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -80,22 +81,22 @@ constexpr std::array<TileFn, sizeof...(R)> MakeTiles(std::integer_sequence<int, 
 }
 const auto kTiles = MakeTiles(std::make_integer_sequence<int, kRows>{});  // kTiles[r - 1] computes r rows
 
+// One call's work: its column panels, shared by the calling thread and the pool's tasks (pool_work.h).
 struct Shared {
   const float* x;
   const float* w;
   float* y;
-  int64_t M, K, N, panels;
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
+  int64_t M, K, N;
+  reasoner_native::WorkQueue queue;  // one item a panel
 };
 
 void Drain(Shared& s) {
-  // This thread's copy of x, transposed tile by tile: [tiles, K, kRows] (zero rows pad the last tile).
+  // This thread's copy of x, transposed tile by tile: [tiles, K, kRows] (zero rows pad the last tile); made when
+  // the thread claims its first panel.
   thread_local std::vector<float> xt;
   const int64_t tiles = (s.M + kRows - 1) / kRows;
   bool ready = false;
-  int64_t finished = 0;
-  for (int64_t j = s.next.fetch_add(1); j < s.panels; j = s.next.fetch_add(1)) {
+  s.queue.Drain([&](int64_t j) {
     if (!ready) {
       xt.assign(static_cast<size_t>(tiles * s.K * kRows), 0.0f);
       for (int64_t m = 0; m < s.M; ++m)
@@ -108,9 +109,7 @@ void Drain(Shared& s) {
       const int64_t rows = std::min<int64_t>(kRows, s.M - t * kRows);
       kTiles[rows - 1](xt.data() + t * s.K * kRows, panel, s.K, s.y + t * kRows * s.N + j * kPanel, s.N, cols);
     }
-    ++finished;
-  }
-  if (finished) s.done.fetch_add(finished, std::memory_order_acq_rel);
+  });
 }
 
 ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
@@ -130,11 +129,8 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::
   shared->M = xd[0];
   shared->K = xd[1];
   shared->N = yd[1];
-  shared->panels = wd[0];
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), shared->panels) - 1;
-  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([shared] { Drain(*shared); });
-  Drain(*shared);
-  while (shared->done.load(std::memory_order_acquire) < shared->panels) std::this_thread::yield();
+  shared->queue.total = wd[0];
+  reasoner_native::RunOnPool(pool, shared, Drain);
   return ffi::Error::Success();
 }
 

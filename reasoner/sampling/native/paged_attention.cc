@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "pool_work.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -286,23 +287,15 @@ void Attend(const Problem& p, int64_t a, int64_t h, std::vector<float>& scores) 
   }
 }
 
-// Work shared by the calling thread and the pool's tasks. Tasks that start after every pair is done find nothing
-// to do and touch only this struct, which they co-own, never the buffers.
+// One call's work: its (slot, kv head) pairs, shared by the calling thread and the pool's tasks (pool_work.h).
 struct Shared {
   Problem problem;
-  int64_t total = 0;
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
+  reasoner_native::WorkQueue queue;
 };
 
 void Drain(Shared& s) {
   thread_local std::vector<float> scores;
-  int64_t finished = 0;
-  for (int64_t i = s.next.fetch_add(1); i < s.total; i = s.next.fetch_add(1)) {
-    Attend(s.problem, i / s.problem.KV, i % s.problem.KV, scores);
-    ++finished;
-  }
-  if (finished) s.done.fetch_add(finished, std::memory_order_acq_rel);
+  s.queue.Drain([&](int64_t i) { Attend(s.problem, i / s.problem.KV, i % s.problem.KV, scores); });
 }
 
 ffi::Error PagedAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
@@ -322,11 +315,8 @@ ffi::Error PagedAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi
   auto shared = std::make_shared<Shared>();
   shared->problem = Problem{q.typed_data(), k.typed_data(), v.typed_data(), table.typed_data(), pos.typed_data(),
                             out->typed_data(), qd[0], qd[1], qd[2], qd[3], qd[4], kd[1], kd[2], td[1], scale, window};
-  shared->total = qd[0] * qd[2];
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), shared->total) - 1;
-  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([shared] { Drain(*shared); });
-  Drain(*shared);
-  while (shared->done.load(std::memory_order_acquire) < shared->total) std::this_thread::yield();
+  shared->queue.total = qd[0] * qd[2];
+  reasoner_native::RunOnPool(pool, shared, Drain);
   return ffi::Error::Success();
 }
 
