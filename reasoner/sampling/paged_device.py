@@ -117,6 +117,18 @@ def _record(state: SlotState, tokens_S, sample_logp_S, model_logp_S, active_S) -
         done_S=state.done_S | (active_S & (hit_eos | out_of_room)), finish_S=finish.astype(jnp.int32))
 
 
+def _rope_in_blocks(model, positions_AxC, room: int):
+    """RoPE's (cos, sin) [A, C, Dh/2] at `positions_AxC`, looked up in a table of the `room` positions a slot's
+    blocks hold: the table does not depend on the step, so inside a decode chunk XLA computes it once, outside the
+    loop; computed from the positions themselves, XLA fused the cos and sin into each layer's q and k rotation, 2L
+    evaluations a step (engine step at 16 rows, AMD EPYC 2 cores: 40.7 vs 45.2 ms, medians of three paired runs).
+    Same values: the same function of the same positions. A position past the table (only a done row writing past
+    its capacity, or padding, whose outputs are discarded) reads the last entry."""
+    cos_P, sin_P = rope_tables(jnp.arange(room, dtype=jnp.int32)[None], model.inv_freq)
+    at = jnp.minimum(positions_AxC, room - 1)
+    return jnp.take(cos_P[0], at, axis=0), jnp.take(sin_P[0], at, axis=0)
+
+
 def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPools):
     """Feeds one token per slot at `positions_S` through the block table; returns (logits_SxV f32, pools).
 
@@ -129,13 +141,7 @@ def paged_decode_logits(model, tokens_S, positions_S, table_SxJ, pools: PagedPoo
     S, J = table_SxJ.shape
     bs = pools.block_size
     x = jnp.take(model.embed[...], tokens_S, axis=0).astype(cfg.dtype)[:, None, :]  # [S, 1, D]
-    # RoPE's cos/sin looked up in a table of every position the J blocks hold: the table does not depend on the
-    # step, so XLA computes it once per decode chunk, outside the loop; computed from `positions_S`, XLA fused
-    # the cos and sin into each layer's q and k rotation, 2L evaluations a step (engine step at 16 rows, AMD EPYC
-    # 2 cores: 40.7 vs 45.2 ms, medians of three paired runs). Same values: the same function of the same positions.
-    cos_P, sin_P = rope_tables(jnp.arange(J * bs, dtype=jnp.int32)[None], model.inv_freq)
-    at = jnp.minimum(positions_S, J * bs - 1)  # done rows past their capacity only; their output is discarded
-    cos, sin = jnp.take(cos_P[0], at, axis=0)[:, None], jnp.take(sin_P[0], at, axis=0)[:, None]
+    cos, sin = _rope_in_blocks(model, positions_S[:, None], J * bs)
     col = positions_S // bs
     block_S = jnp.where(col < J, jnp.take_along_axis(table_SxJ, jnp.minimum(col, J - 1)[:, None], axis=1)[:, 0],
                         NULL_BLOCK)
@@ -321,7 +327,7 @@ def paged_forward(model, pools: PagedPools, table_AxJ, tokens_AxC, positions_AxC
     block_M = jnp.where(real, jnp.take_along_axis(table_AxJ, jnp.minimum(col, J - 1), axis=1), NULL_BLOCK).reshape(-1)
     offset_M = (positions_AxC % bs).reshape(-1)
     x = jnp.take(model.embed[...], tokens_AxC, axis=0).astype(model.cfg.dtype)  # [A, C, D]
-    cos, sin = rope_tables(positions_AxC, model.inv_freq)
+    cos, sin = _rope_in_blocks(model, positions_AxC, J * bs)
     new_k, new_v = [], []
     for i, block in enumerate(model.layers):
         q, k, v = layer_qkv(block, x, cos, sin)  # [A, C, H|KV, Dh]
