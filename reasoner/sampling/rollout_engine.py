@@ -102,13 +102,15 @@ class RolloutEngine:
     rejected (SmolLM2, batch 1, one such answer: 24.5 tok/s with (1, 3), 31.0 with (2, 3), 32.8 without speculation).
     draft_budget: tokens one verification pass may feed in all: a chunk of A slots drafts
     min(speculate, draft_budget // A - 1) tokens per row (none when that is 0), because a pass over many rows is
-    compute-bound and a rejected draft costs real work there (SmolLM2 on 2 CPU cores: 8 tokens a pass at batch 1,
-    4 at batch 16 were best; see the README).
+    compute-bound and a rejected draft costs real work there. 32 by default (SmolLM2, greedy, `bench generate`'s
+    prompts, AMD EPYC 2 cores, tok/s with budgets 64 / 48 / 32 and without speculation, timed in alternation:
+    4 slots 143 / 164 / 159 / 136 (8, 8, 7 drafts), 8 slots 151 / 207 / 204 / 198 (7, 5, 3), 16 slots
+    165 / 194 / 223 / 236 (3, 2, 1)): a wide pass loses more than its accepted drafts gain.
     """
 
     def __init__(self, model, tokenizer=None, *, slots: int = 32, block_size: int = 16, num_blocks: int | None = None,
                  chunk_steps: int = 8, max_len: int = DEFAULT_MAX_LEN, speculate: int = 0,
-                 ngram: tuple[int, int] = (2, 3), draft_budget: int = 64):
+                 ngram: tuple[int, int] = (2, 3), draft_budget: int = 32):
         for name, value, low in (("slots", slots, 1), ("block_size", block_size, 1), ("chunk_steps", chunk_steps, 1),
                                  ("max_len", max_len, 2), ("speculate", speculate, 0),
                                  ("draft_budget", draft_budget, 2)):
