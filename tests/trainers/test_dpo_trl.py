@@ -1,7 +1,7 @@
 """Every DPO loss variant against TRL 1.16's own code: `DPOTrainer._compute_loss` runs on a stand-in `self` whose
 model forward returns our fixed per-token log-probs (precomputed reference log-probs, as `precompute_ref_log_probs`),
 so the loss, its gradient and the logged rewards come from TRL's source line for line (the pattern of
-tests/trainers/test_grpo_loss.py). Ours: `trainers.losses.dpo_per_pair_loss` / `dpo_reward_sums`, the functions
+tests/trainers/grpo_loss_reference.py). Ours: `trainers.losses.dpo_per_pair_loss` / `dpo_reward_sums`, the functions
 `trainers.dpo` calls, on the same log-probs.
 
 Float32 bound (u = eps32 / 2; a float32 sum of n terms is within n u sum|terms| of the exact sum): each side sums

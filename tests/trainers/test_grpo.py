@@ -1,5 +1,5 @@
 """The GRPO trainer's wiring: loss, advantages and KL of the jitted step against TRL's formulas in NumPy
-(`test_grpo_loss.np_trl_loss`, with log-probs from an independent unpadded forward), masking of truncated rows and
+(`grpo_loss_reference.np_trl_loss`, with log-probs from an independent unpadded forward), masking of truncated rows and
 tool responses, sharded == unsharded, configs, and bad rewards. Runs use a random 1-layer model over a word-level
 vocabulary (tests/trainers/traces.py).
 """
@@ -19,7 +19,7 @@ from flax import nnx
 
 from tests.trainers import traces
 from tests.tolerances import EPS32, grpo_loss_atol, logprob_atol, model_depth, prob_factor, relative_bound
-from tests.trainers.test_grpo_loss import advantage_bounds, np_advantages, np_trl_loss
+from tests.trainers.grpo_loss_reference import advantage_bounds, np_advantages, np_trl_loss
 from reasoner.models import scoring
 from trainers import grpo
 from trainers import grpo_loss as gl

@@ -1,6 +1,6 @@
 """The GRPO variants users ask for by name (issue 22, item 4), against TRL 1.16's own code where TRL has them:
 GSPO's sequence-level ratio (TRL's `GRPOTrainer._compute_loss` with importance_sampling_level="sequence", on the
-stand-in `self` of test_grpo_loss.py), RLOO's leave-one-out advantages (TRL's RLOOTrainer lines with TRL's
+stand-in `self` of grpo_loss_reference.py), RLOO's leave-one-out advantages (TRL's RLOOTrainer lines with TRL's
 `nanstd`), REINFORCE++ (verl's formula written out in float64), DAPO's soft overlong punishment (the paper's
 Eq. 13 by hand and TRL's `get_soft_overlong_punishment`), and one tiny trainer step through every option.
 
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from tests.tolerances import EPS32, f32_sum_bound
 from tests.trainers.test_grpo import tok_dir  # noqa: F401  (the word-level tokenizer fixture)
-from tests.trainers.test_grpo_loss import B, G, T, make_batch, make_config, trl_compute_loss
+from tests.trainers.grpo_loss_reference import B, G, T, make_batch, make_config, trl_compute_loss
 from trainers import grpo_loss as gl
 
 # --------------------------------------------------------------------------------------------- GSPO
