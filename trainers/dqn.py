@@ -196,8 +196,13 @@ def _one_update(graphdef, hp: Hyper, state: DQNState) -> tuple[DQNState, jax.Arr
         grads, state.opt_state)
     lr = hp.lr * hp.lr_decay ** (state.episodes // hp.lr_decay_every).astype(jnp.float32)
     online = jax.tree.map(lambda p, d: p - lr * d, state.online, direction)
-    updates = state.updates + 1
-    sync = (updates % hp.target_sync_every) == 0
+    # a non-finite loss or gradient (a diverging net) changes nothing: weights, moments, target and the update
+    # count stay as they were, as `trainers.step` skips such a step, so no checkpoint ever holds NaN weights
+    finite = jnp.isfinite(loss) & jnp.isfinite(optax.global_norm(grads))
+    keep_if = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
+    online, opt_state = keep_if(online, state.online), keep_if(opt_state, state.opt_state)
+    updates = state.updates + finite.astype(state.updates.dtype)
+    sync = finite & ((updates % hp.target_sync_every) == 0)
     target = jax.tree.map(lambda t, o: jnp.where(sync, o, t), state.target, online)
     return state.replace(online=online, target=target, opt_state=opt_state, updates=updates, rng=keep), loss
 
@@ -206,7 +211,8 @@ def _one_update(graphdef, hp: Hyper, state: DQNState) -> tuple[DQNState, jax.Arr
 def observe_and_learn(graphdef, state: DQNState, obs_NxS, action_N, reward_N, done_N, next_NxS, active_N, *,
                       hp: Hyper) -> tuple[DQNState, dict]:
     """Stores the active rows' transitions (in row order) and, once the buffer is full, makes one update per
-    stored transition (a `fori_loop`: one compile whatever the count). Returns (state, metrics)."""
+    stored transition (a `fori_loop`: one compile whatever the count). Returns (state, metrics): the mean TD loss,
+    the updates tried and how many of them were `skipped` (non-finite, not applied)."""
     C = state.buf_action_C.shape[0]
     active = active_N.astype(jnp.int32)
     k = jnp.sum(active)
@@ -222,12 +228,15 @@ def observe_and_learn(graphdef, state: DQNState, obs_NxS, action_N, reward_N, do
     n_updates = jnp.where(state.buf_size >= C, k, 0)
 
     def body(_, carry):
-        s, total = carry
+        s, total, skipped = carry
+        before = s.updates
         s, loss = _one_update(graphdef, hp, s)
-        return s, total + loss
+        return s, total + loss, skipped + (s.updates == before).astype(jnp.int32)  # a skipped update counts none
 
-    state, total = jax.lax.fori_loop(0, n_updates, body, (state, jnp.zeros((), jnp.float32)))
-    return state, {"loss": total / jnp.maximum(n_updates, 1).astype(jnp.float32), "updates": n_updates}
+    zero = jnp.zeros((), jnp.int32)
+    state, total, skipped = jax.lax.fori_loop(0, n_updates, body, (state, jnp.zeros((), jnp.float32), zero))
+    return state, {"loss": total / jnp.maximum(n_updates, 1).astype(jnp.float32), "updates": n_updates,
+                   "skipped": skipped}
 
 
 @jax.jit
@@ -247,6 +256,7 @@ class BatchStats:
     actions: list[list[int]]
     loss: float
     updates: int
+    skipped: int = 0  # updates with a non-finite TD loss or gradient, not applied
 
 
 class EpisodeSource:
@@ -292,7 +302,7 @@ class EpisodeSource:
         returns = np.zeros((self.n,), np.float64)
         lengths = np.zeros((self.n,), np.int64)
         actions: list[list[int]] = [[] for _ in range(self.n)]
-        loss_sum, updates = 0.0, 0
+        loss_sum, updates, skipped = 0.0, 0, 0
         for _ in range(self.max_steps):
             if done.all():
                 break
@@ -301,6 +311,9 @@ class EpisodeSource:
             nxt, reward, new_done = self.env.step(action)
             nxt = _check_obs(nxt, self.n, "step")
             reward, new_done = np.asarray(reward, np.float32), np.asarray(new_done, bool)
+            if reward.shape != (self.n,) or not np.isfinite(reward).all():
+                raise ValueError(f"environment {type(self.env).__name__} step: rewards {reward.tolist()}; expected "
+                                 f"{self.n} finite floats (a NaN or inf would reach the replay buffer)")
             active = ~done
             state, m = observe_and_learn(graphdef, state, jnp.asarray(obs), jnp.asarray(action), jnp.asarray(reward),
                                          jnp.asarray(new_done, jnp.float32), jnp.asarray(nxt), jnp.asarray(active),
@@ -308,6 +321,7 @@ class EpisodeSource:
             k = int(m["updates"])
             loss_sum += float(m["loss"]) * k
             updates += k
+            skipped += int(m["skipped"])
             for i in np.flatnonzero(active):
                 actions[i].append(int(action[i]))
             returns += np.where(active, reward, 0.0)
@@ -319,13 +333,17 @@ class EpisodeSource:
                                f"still running after max_steps={self.max_steps}; expected every episode to end")
         state = end_batch(state, self.n)
         return state, BatchStats(returns=returns.tolist(), lengths=lengths.tolist(), actions=actions,
-                                 loss=loss_sum / max(updates, 1), updates=updates)
+                                 loss=loss_sum / max(updates, 1), updates=updates, skipped=skipped)
 
 
 def _check_obs(obs, n: int, where: str) -> np.ndarray:
     obs = np.asarray(obs, np.float32)
     if obs.ndim != 2 or obs.shape[0] != n:
         raise ValueError(f"environment {where}: observations of shape {obs.shape}; expected float32[{n}, obs_dim]")
+    if not np.isfinite(obs).all():
+        bad = sorted({int(i) for i in np.argwhere(~np.isfinite(obs))[:, 0]})
+        raise ValueError(f"environment {where}: non-finite observations in rows {bad}; expected finite floats "
+                         "(a NaN or inf would reach the replay buffer)")
     return obs
 
 
@@ -400,11 +418,11 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
         b = source.batches
         record = {"step": b, "episodes": b * n, "mean_return": float(np.mean(stats.returns)),
                   "mean_length": float(np.mean(stats.lengths)), "loss": stats.loss,
-                  "epsilon": float(state.epsilon), "updates": int(state.updates)}
+                  "epsilon": float(state.epsilon), "updates": int(state.updates), "skipped_updates": stats.skipped}
         if on_batch is not None:
             on_batch(b, stats, record)
         record.pop("step")
-        return state, {**record, "skipped": not np.isfinite(stats.loss)}
+        return state, {**record, "skipped": stats.skipped > 0 or not np.isfinite(stats.loss)}
 
     loop_config = _loop_config(config, cfg)
     if workdir is None:  # nothing can resume from a temporary directory: one checkpoint, at the end

@@ -1,6 +1,7 @@
 """Optimizer and learning-rate schedules from a config section.
 
-`config.optim` fields: name ('adamw' | 'adam' | 'sgd'), lr, b1, b2, eps, weight_decay,
+`config.optim` fields: name ('adamw' | 'adam' | 'sgd'), lr, b1, b2, eps (Adam's), weight_decay (decoupled for
+adamw, an L2 term in the gradient for adam and sgd, as torch.optim.AdamW / Adam / SGD),
 max_grad_norm (0 disables clipping), schedule ('cosine' | 'constant' | 'linear'),
 warmup_steps (an int count; > 0 wins over the ratio), warmup_ratio (fraction of total steps, TRL's
 `warmup_ratio`), min_lr_ratio (cosine floor). The cosine schedule is TRL/transformers'
@@ -62,16 +63,29 @@ def make_schedule(optim, *, total_steps: int) -> optax.Schedule:
     return schedule
 
 
+def schedule_count(opt_state, default):
+    """The schedule's own step count inside an optimizer state made by `make_optimizer` (optax's
+    `ScaleByScheduleState.count`: the updates applied so far); `default` where the state holds none."""
+    return optax.tree_utils.tree_get(
+        opt_state, "count", default,
+        filtering=lambda path, _: getattr(path[-1], "tuple_name", None) == "ScaleByScheduleState")
+
+
 def make_optimizer(optim, *, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """(optimizer, schedule): clipping by global norm (optional) then AdamW/Adam/SGD with the schedule."""
     if optim.name not in OPTIMIZERS:
         raise ValueError(f"optim.name={optim.name!r}; expected one of {OPTIMIZERS}")
     schedule = make_schedule(optim, total_steps=total_steps)
+    # adam and sgd take weight_decay as torch.optim.Adam / SGD do: an L2 term wd * param added to the (clipped)
+    # gradient before the moments; adamw decays the weights apart from them (decoupled, torch.optim.AdamW)
+    l2 = [optax.add_decayed_weights(optim.weight_decay)] if optim.weight_decay and optim.name != "adamw" else []
     if optim.name == "adamw":
         core = optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=optim.weight_decay)
     elif optim.name == "adam":
         core = optax.adam(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps)
     else:
-        core = optax.sgd(schedule)
+        core = optax.sgd(schedule)  # plain SGD: no momentum (b1 is Adam's)
+    if l2:  # only then: without it the state keeps the structure earlier checkpoints hold
+        core = optax.chain(*l2, core)
     parts = [optax.clip_by_global_norm(optim.max_grad_norm)] if optim.max_grad_norm else []
     return optax.chain(*parts, core), schedule

@@ -9,7 +9,11 @@
   whole [A, B] batch) and a dict of metric sums. Gradients and sums are added over micro-batches,
   so the loss is exactly the global-batch mean (TRL's `num_items_in_batch` normalisation).
 * A non-finite loss or gradient norm leaves params and optimizer state untouched and reports
-  `skipped = 1`; the step counter still advances (the batch was consumed).
+  `skipped = 1`; the step counter still advances (the batch was consumed). The schedule, like Adam's bias
+  correction, counts applied updates (optax's own count in the optimizer state, which a skipped step leaves as
+  it was: what PyTorch's GradScaler does to its scheduler too), so after k skipped steps the run applies the
+  rate of k steps earlier; the logged `lr` is the rate this step applied (or would have, if skipped), read
+  from that count, never `schedule(state.step)`.
 
 `jit_train_step` jits it once with explicit in/out shardings and the state donated.
 """
@@ -22,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from trainers.optim import schedule_count
 from trainers.state import TrainState
 
 LossFn = Callable[[Any, Any, dict, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
@@ -79,7 +84,7 @@ def make_train_step(
         metrics = {
             "loss": loss,
             "grad_norm": grad_norm,
-            "lr": schedule(state.step),
+            "lr": schedule(schedule_count(state.opt_state, state.step)),
             "skipped": (~finite).astype(jnp.int32),
             "denom": denom,
             **sums,

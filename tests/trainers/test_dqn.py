@@ -1,4 +1,4 @@
-"""Double-Dueling DQN on a synthetic MDP with a known optimal Q; exact resume; bad environments."""
+"""Double-Dueling DQN on a synthetic MDP with a known optimal Q; exact resume; bad environments; NaN updates."""
 
 import numpy as np
 import pytest
@@ -124,3 +124,51 @@ def test_bad_environments_get_clear_errors():
     c.dqn.num_episodes = 10
     with pytest.raises(ValueError, match="multiple of"):
         train_dqn(GridMDP(), c)
+
+
+class NaNReward(GridMDP):
+    def step(self, actions):
+        obs, reward, done = super().step(actions)
+        return obs, np.where(np.arange(len(reward)) == 2, np.nan, reward).astype(np.float32), done
+
+
+class InfObservation(GridMDP):
+    def step(self, actions):
+        obs, reward, done = super().step(actions)
+        obs[5, 0] = np.inf
+        return obs, reward, done
+
+
+def test_non_finite_rewards_and_observations_never_reach_the_buffer():
+    with pytest.raises(ValueError, match=r"environment NaNReward step: rewards .*nan.*expected 8 finite floats"):
+        train_dqn(NaNReward(), _small_config())
+    with pytest.raises(ValueError, match=r"environment step: non-finite observations in rows \[5\]"):
+        train_dqn(InfObservation(), _small_config())
+
+
+def test_a_non_finite_update_is_skipped_not_applied():
+    """A NaN that still reaches the TD loss (here a reward written into the buffer by hand; in practice a
+    diverging net) leaves the weights, Adam's moments, the target and the update count as they were, and the
+    learning loop counts it skipped; finite transitions keep training."""
+    import jax
+    import jax.numpy as jnp
+
+    from trainers import dqn
+
+    cfg = _small_config().dqn
+    cfg.update(dict(buffer_size=16, batch_size=4))
+    graphdef, state = dqn.init_state(cfg, obs_dim=7, num_actions=5)
+    hp = dqn.Hyper.from_config(cfg)
+    rng = np.random.default_rng(0)
+    obs = jnp.asarray(rng.uniform(0, 3, size=(16, 7)), jnp.float32)
+    args = (obs, jnp.zeros(16, jnp.int32), jnp.ones(16, jnp.float32), jnp.zeros(16, jnp.float32), obs,
+            jnp.ones(16, bool))
+    state, metrics = dqn.observe_and_learn(graphdef, state, *args, hp=hp)  # fills the buffer: 16 finite updates
+    assert int(metrics["updates"]) == 16 and int(metrics["skipped"]) == 0 and int(state.updates) == 16
+    poisoned = state.replace(buf_reward_C=jnp.full_like(state.buf_reward_C, jnp.nan))
+    before = jax.tree.map(np.asarray, (poisoned.online, poisoned.opt_state, poisoned.target))
+    after, metrics = dqn.observe_and_learn(graphdef, poisoned, *[a[:4] for a in args], hp=hp)
+    assert int(metrics["updates"]) == 4 and int(metrics["skipped"]) == 4 and not np.isfinite(float(metrics["loss"]))
+    assert int(after.updates) == 16
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves((after.online, after.opt_state, after.target))):
+        np.testing.assert_array_equal(a, np.asarray(b))

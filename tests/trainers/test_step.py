@@ -141,3 +141,73 @@ def test_lora_trains_only_adapters_and_exports_merged(sft_data, tmp_path):
     with torch.no_grad():
         hf_logits = hf(input_ids=torch.from_numpy(np.asarray(tokens, np.int64))).logits.numpy()
     np.testing.assert_allclose(hf_logits, with_adapters, rtol=0, atol=atol)  # PyTorch kernels: the same bound
+
+
+def test_logged_lr_is_the_rate_applied_after_a_skipped_step():
+    """A skipped (non-finite) step leaves optax's own count, so the schedule goes on from the last applied update
+    (as Adam's bias correction does); the logged lr is the rate each step applied, measured on plain SGD."""
+    import ml_collections
+
+    from trainers.optim import make_optimizer
+    from trainers.state import create_state
+    from trainers.step import make_train_step
+
+    optim = ml_collections.ConfigDict(dict(name="sgd", lr=1.0, weight_decay=0.0, max_grad_norm=0.0,
+                                           schedule="linear", warmup_steps=0, warmup_ratio=0.0, min_lr_ratio=0.0))
+    opt, schedule = make_optimizer(optim, total_steps=4)
+
+    def loss_fn(params, frozen, mb, denom):  # gradient = x
+        return jnp.sum(params["w"] * mb["x"]), {}
+
+    step = jax.jit(make_train_step(loss_fn=loss_fn, optimizer=opt, schedule=schedule,
+                                   denominator=lambda b: jnp.ones(())))
+    state = create_state({"w": jnp.zeros(())}, opt)
+    logged, applied = [], []
+    for x in [jnp.nan, 1.0, 1.0, 1.0]:
+        before = float(state.params["w"])
+        state, metrics = step(state, None, {"x": jnp.full((1,), x)})
+        logged.append(float(metrics["lr"]))
+        applied.append(before - float(state.params["w"]))
+    assert applied == [0.0, 1.0, 0.75, 0.5]  # the linear schedule 1, 0.75, 0.5 from the first applied update
+    assert logged == [1.0, 1.0, 0.75, 0.5]  # the skipped step logs the rate it would have applied
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd", "adamw"])
+def test_weight_decay_as_torch_optimizers(name):
+    """weight_decay is an L2 gradient term for adam and sgd (torch.optim.Adam / SGD) and decoupled for adamw
+    (torch.optim.AdamW): three steps with clipping, against torch's own optimizers."""
+    import ml_collections
+    import torch
+
+    from trainers.optim import make_optimizer
+
+    rng = np.random.default_rng(3)
+    w0 = rng.normal(size=(5,)).astype(np.float32)
+    grads = rng.normal(size=(3, 5)).astype(np.float32)
+    lr, wd = 0.05, 0.3
+    optim = ml_collections.ConfigDict(dict(name=name, lr=lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=wd,
+                                           max_grad_norm=1.0, schedule="constant", warmup_steps=0,
+                                           warmup_ratio=0.0, min_lr_ratio=0.0))
+    opt, _ = make_optimizer(optim, total_steps=3)
+    params = {"w": jnp.asarray(w0)}
+    state = opt.init(params)
+    p = torch.nn.Parameter(torch.tensor(w0))
+    cls = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[name]
+    extra = {} if name == "sgd" else {"betas": (0.9, 0.999), "eps": 1e-8}
+    torch_opt = cls([p], lr=lr, weight_decay=wd, **extra)
+    for g in grads:
+        updates, state = opt.update({"w": jnp.asarray(g)}, state, params)
+        params = optax.apply_updates(params, updates)
+        p.grad = torch.tensor(g)
+        torch.nn.utils.clip_grad_norm_([p], 1.0)
+        torch_opt.step()
+    # three steps of a few roundings each per element, relative to the parameters' scale (Adam's normalised step
+    # is at most lr per element, well away from eps)
+    np.testing.assert_allclose(np.asarray(params["w"]), p.detach().numpy(), rtol=0, atol=64 * EPS32 * np.abs(w0).max())
+    if name != "adamw":  # and the decay really acts: without it the result differs by far more than that
+        plain, _ = make_optimizer(ml_collections.ConfigDict({**optim.to_dict(), "weight_decay": 0.0}), total_steps=3)
+        q, s = {"w": jnp.asarray(w0)}, plain.init({"w": jnp.asarray(w0)})
+        for g in grads:
+            u, s = plain.update({"w": jnp.asarray(g)}, s, q)
+            q = optax.apply_updates(q, u)
+        assert np.abs(np.asarray(q["w"]) - np.asarray(params["w"])).max() > 1e3 * EPS32 * np.abs(w0).max()
