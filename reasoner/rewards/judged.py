@@ -23,6 +23,7 @@ from typing import Any
 
 from reasoner.judges import (CachedJudge, EndpointJudge, Judge, JudgeCounters, SamplerJudge, judge_messages,
                              score_traces, think_span)
+from reasoner.judges.prompts import DATASET_NOTES
 from reasoner.rewards.registry import completion_text, register_reward
 
 _JUDGES: dict[str, tuple[Judge, JudgeCounters]] = {}
@@ -67,6 +68,9 @@ def policy_user_message(prompt) -> str:
 
 def _judged(kind: str, *, judge: Mapping[str, Any] | Judge, cache: str, source: str, source_key: str,
             prompt_key: str):
+    if source and source not in DATASET_NOTES:  # a config typo: refused now, not scored 0 on every completion
+        raise ValueError(f"judged_{kind} source={source!r}: expected one of {sorted(DATASET_NOTES)} (or '' to read "
+                         f"each example's {source_key!r})")
     if isinstance(judge, Mapping):
         the_judge, counters = build_judge(judge, cache=cache)
     else:

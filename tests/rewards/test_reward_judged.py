@@ -107,6 +107,10 @@ def test_think_span_is_judged_and_missing_think_sends_everything(judge_url):
 def test_bad_judge_spec_is_a_clear_error():
     with pytest.raises(ValueError, match="expected an 'endpoint'"):
         build_reward("judged_coverage", judge={"url": "x"})
+    # a misspelt fixed source is refused when the reward is built, not scored 0 on every completion
+    with pytest.raises(ValueError, match=r"judged_directionality source='abductionrule': expected one of \["):
+        build_reward("judged_directionality", judge={"endpoint": "http://127.0.0.1:9/v1", "model": "m"},
+                     source="abductionrule")
 
 
 @pytest.mark.parametrize("variant,weights", [
