@@ -23,7 +23,9 @@ Other estimators (`AdvantageConfig.estimator`, host side in `host_advantages`): 
 leave-one-out baseline, optional batch normalisation; `rloo_advantages`) and "reinforce_pp" (REINFORCE++ with the
 group-mean baseline and batch whitening over loss tokens, as verl; `reinforce_pp_advantages`). DAPO's pieces:
 `soft_overlong_punishment` (Eq. 13, added to the rewards) and dynamic sampling (`keep_B`: groups whose rewards are
-all equal leave the loss; we drop them instead of over-sampling to refill the batch as the paper does).
+all equal leave the loss; we drop them instead of over-sampling to refill the batch as the paper does; under
+the "dapo" and "bnpo" normalisers the loss then averages the kept tokens, under "grpo" and "dr_grpo" the dropped rows
+still count in the divisor (rows, or rows x max length), so the update shrinks by the fraction of groups kept).
 
 Loss (`grpo_loss`), per token, with ratio = exp(logp - old_logp) (= 1 in value when num_iterations = 1 and
 old_logp = stop_gradient(logp)):
