@@ -171,7 +171,15 @@ class PromptStream:
         return self.next()
 
     def get_state(self) -> dict:
-        return {"step": self.step}
+        return {"step": self.step, "size": self.size, "per_step": self.per_step, "seed": self.seed}
 
     def set_state(self, state: Mapping) -> None:
+        """Resumes at `state["step"]`; a state saved over another prompt set, step size or seed (checked where the
+        state records them) is a ValueError: the stream would silently go on over other prompts."""
+        saved = {k: state[k] for k in ("size", "per_step", "seed") if k in state}
+        ours = {k: getattr(self, k) for k in saved}
+        if saved != ours:
+            raise ValueError(f"prompt stream state {dict(state)} was saved over {saved} (prompts, prompts per step, "
+                             f"seed); this run has {ours}: resume with the same prompts and grpo settings, or use "
+                             "another --workdir")
         self.step = int(state["step"])
