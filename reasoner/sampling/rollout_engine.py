@@ -202,23 +202,47 @@ class RolloutEngine:
         return req.request_id
 
     def collect(self) -> dict[int, list[Completion]]:
-        """Runs until every submitted request has finished; returns (and forgets) all finished ones."""
+        """Runs until every submitted request has finished; returns every request that finished since the last
+        `collect` or `step` returned it (a request is returned once, then forgotten)."""
+        out = self._take_finished()
         while self.sched.queue or self.sched.active:
-            self.step()
-        out = {rid: req.results for rid, req in self._finished.items()}
-        self._finished.clear()
+            out.update(self.step())
         return out
 
     def step(self) -> dict[int, list[Completion]]:
-        """One iteration (admit + prefill, one decode chunk, harvest); returns requests finished in it."""
-        before = set(self._finished)
+        """One iteration (admit + prefill, one decode chunk, harvest); returns (and forgets) the requests that
+        finished in it: a server that only calls `step` holds no finished request."""
         self._admit()
         if self.sched.active:
             self._harvest()  # rows may finish on their first token
         if self.sched.active:
             self._decode_chunk()
             self._harvest()
-        return {rid: self._finished[rid].results for rid in self._finished if rid not in before}
+        return self._take_finished()
+
+    def cancel(self, request_id: int) -> bool:
+        """Drops a submitted request (a server's client went away): a queued one leaves the queue, a running
+        one's rows stop and give their slots and blocks back before the next step; it is never returned. Returns
+        whether the request was still pending or running. A session's rows are ended by `EngineSession.close`."""
+        self._finished.pop(request_id, None)
+        for req in list(self.sched.queue):
+            if req.request_id == request_id:
+                self.sched.queue.remove(req)
+                return True
+        slots = [slot for slot, row in self.sched.rows.items() if row.request.request_id == request_id]
+        if not slots or self.sched.rows[slots[0]].request.holds_slots:
+            return False
+        mask = np.zeros(self.slots, bool)
+        for slot in slots:
+            mask[slot] = True
+            self.sched.finish_row(slot)
+        self.state = dev.retire(self.state, mask)  # done on the device: the next steps leave those rows alone
+        return True
+
+    def _take_finished(self) -> dict[int, list[Completion]]:
+        out = {rid: req.results for rid, req in self._finished.items()}
+        self._finished.clear()
+        return out
 
     def start(self, prompts, params: SamplingParams, *, max_len: int | None = None, reserve: int = 0):
         """A multi-turn `EngineSession` (the static `Sampler.start`'s interface and draws; see

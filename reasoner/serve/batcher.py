@@ -28,12 +28,19 @@ class ServerClosing(RuntimeError):
     """The server is shutting down and takes no new work."""
 
 
+class Cancelled(RuntimeError):
+    """The request's client went away: its job was dropped before it finished."""
+
+
 class Job:
-    """One submitted request: `wait()` returns its completions or raises the batch's error."""
+    """One submitted request: `wait()` returns its completions or raises the batch's error. `cancel()` (from the
+    handler whose client went away) asks the worker to drop it: a queued job is never decoded, a job running on
+    the engine gives its slots back at the next step (the static batcher finishes a batch already decoding)."""
 
     def __init__(self, request: GenRequest):
         self.request = request
         self._done = threading.Event()
+        self._cancelled = threading.Event()
         self._result: list[Completion] | None = None
         self._error: BaseException | None = None
 
@@ -41,8 +48,19 @@ class Job:
         self._result, self._error = result, error
         self._done.set()
 
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
     def done(self) -> bool:
         return self._done.is_set()
+
+    def wait_done(self, timeout: float) -> bool:
+        """Whether the job finished within `timeout` seconds (its result is then `wait()`'s)."""
+        return self._done.wait(timeout)
 
     def wait(self, timeout: float | None = None) -> list[Completion]:
         if not self._done.wait(timeout):
@@ -139,6 +157,9 @@ class Batcher(JobQueue):
     def _decode(self, jobs: Sequence[Job]) -> None:
         groups: dict = {}
         for job in jobs:
+            if job.cancelled:  # its client went away while it queued
+                job.finish(error=Cancelled("the client went away"))
+                continue
             try:
                 key = self.backend.batch_key(job.request)
             except Exception as err:  # noqa: BLE001 - a bad request fails alone

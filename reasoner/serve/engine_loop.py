@@ -16,6 +16,8 @@ engine's `on_text` after each step.
 The block pool is fixed at start: `slots x ceil(max_len / block_size)` blocks (plus the null block), so a request
 that finds free slots always finds its blocks and memory never grows while serving.
 
+A request whose client goes away (`Job.cancel`, from the HTTP handler) leaves the engine before the next step.
+
 Errors: a request the engine refuses fails alone (the handler answers 500 with the reason); an exception inside a
 step fails the requests then in the engine, which is rebuilt, and the worker goes on. `close()` stops taking jobs,
 finishes the queued and running ones, and joins the worker. The log gets a line per finished request
@@ -32,7 +34,7 @@ import time
 from typing import Callable
 
 from reasoner.serve.backend import GenRequest
-from reasoner.serve.batcher import Job, JobQueue
+from reasoner.serve.batcher import Cancelled, Job, JobQueue
 
 log = logging.getLogger("reasoner.serve")
 STATS_EVERY_S = 10.0
@@ -73,6 +75,7 @@ class EngineLoop(JobQueue):
                     stopping = True
                     continue
                 self._start(job)
+            self._drop_cancelled()
             if not self._live:
                 if stopping:
                     return
@@ -100,7 +103,19 @@ class EngineLoop(JobQueue):
                          len(self.engine.sched.queue), window_tokens / (now - window_start))
                 window_start, window_tokens = now, 0
 
+    def _drop_cancelled(self) -> None:
+        """Requests whose clients went away leave the engine now: their slots and blocks serve the next ones."""
+        for rid, (job, began) in list(self._live.items()):
+            if job.cancelled:
+                self.engine.cancel(rid)
+                del self._live[rid]
+                log.info("request dropped after %.2f s: its client went away", time.monotonic() - began)
+                job.finish(error=Cancelled("the client went away"))
+
     def _start(self, job: Job) -> None:
+        if job.cancelled:
+            job.finish(error=Cancelled("the client went away"))
+            return
         r = job.request
         params = r.params if r.seeded else r.params.replace(seed=secrets.randbelow(2**32))
         try:

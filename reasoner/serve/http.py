@@ -6,13 +6,17 @@ too large, wrong fields), 404 for an unknown route, 500 when the batch holding t
 shutting down. HTTP/1.1 keep-alive for JSON answers; a stream closes its connection when done.
 
 `Server.shutdown()` (SIGTERM/SIGINT in `reasoner serve`) stops accepting connections, lets the batcher finish
-the queued requests, then waits for the handlers still writing their answers.
+the queued requests, then waits for the handlers still writing their answers. A client that closes its connection
+before its answer (a streaming one, or one waiting for JSON) has its request dropped from the engine, and a socket
+that stalls for `SOCKET_TIMEOUT_S` is closed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,12 +26,23 @@ from reasoner.serve.protocol import RequestError, error_body
 from reasoner.serve.service import ChatService
 
 log = logging.getLogger("reasoner.serve")
+SOCKET_TIMEOUT_S = 60.0  # seconds a read or write on a client's socket may block
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "reasoner-serve"
     server: "Server"
+    timeout = SOCKET_TIMEOUT_S  # a client that stalls mid-request (or an idle keep-alive) frees its thread
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its connection (polled while its answer is generated): the socket reads as
+        closed (EOF) or fails. Pipelined bytes of a next request mean it is still there."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
         log.debug("%s %s", self.address_string(), format % args)
@@ -64,18 +79,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(RequestError(f"no route POST {self.path} (expected /v1/chat/completions)", status=404,
                                           code="not_found"))
             return
+        try:
+            body = self._read_json()  # before the in-flight count: a stalled upload never holds up shutdown
+        except RequestError as err:
+            self._send_error(err)
+            return
+        except OSError as err:  # the socket timed out or broke mid-body
+            self.close_connection = True
+            log.info("client %s: request body not received (%s)", self.address_string(), type(err).__name__)
+            return
         with self.server.tracker:
             try:
-                prep = self.server.service.prepare(self._read_json())
+                prep = self.server.service.prepare(body)
                 if prep.request.stream:
                     self._stream(prep)
                 else:
-                    self._send_json(200, self.server.service.complete(prep))
+                    self._send_json(200, self.server.service.complete(prep, gone=self._client_gone))
             except RequestError as err:
                 self._send_error(err)
             except ServerClosing as err:
                 self._send_error(RequestError(str(err), status=503, kind="server_error", code="shutting_down"))
-            except (BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError, TimeoutError):
                 log.info("client %s went away before its answer", self.address_string())
             except Exception as err:  # noqa: BLE001 - answer 500, keep serving
                 log.exception("internal error")
@@ -99,6 +123,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _stream(self, prep) -> None:
         chunks = self.server.service.stream(prep)
+        try:
+            self._write_stream(chunks)
+        finally:
+            chunks.close()  # a client gone mid-stream: the generator cancels its job
+
+    def _write_stream(self, chunks) -> None:
         first = next(chunks)  # errors before any byte is written still get a JSON answer
         self.close_connection = True
         self.send_response(200)
@@ -111,7 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
             for chunk in chunks:
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
             raise
         except Exception as err:  # noqa: BLE001 - headers are out: report in-band, as OpenAI does
             log.exception("internal error while streaming")

@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 import uuid
-from typing import Iterator
+from typing import Callable, Iterator
 
 from reasoner.sampling import Completion, SamplingParams
 from reasoner.serve.backend import Backend, GenRequest
@@ -121,8 +121,15 @@ class ChatService:
         return {"prompt_tokens": len(prep.prompt_ids), "completion_tokens": generated,
                 "total_tokens": len(prep.prompt_ids) + generated}
 
-    def complete(self, prep: Prepared) -> dict:
-        completions = self._submit(prep).wait()
+    def complete(self, prep: Prepared, *, gone: Callable[[], bool] | None = None) -> dict:
+        """The chat.completion body. gone: polled while the job runs; when it says the client went away the job
+        is cancelled and ConnectionResetError raised (nobody is left to answer)."""
+        job = self._submit(prep)
+        while not job.wait_done(0.25):
+            if gone is not None and gone():
+                job.cancel()
+                raise ConnectionResetError("the client went away before its answer")
+        completions = job.wait()
         choices = []
         for c in completions:
             reply = parse_reply(self._content(prep, c), tools_offered=bool(prep.request.tools))
@@ -147,6 +154,14 @@ class ChatService:
         req = prep.request
         events: queue.Queue = queue.Queue()
         job = self._submit(prep, on_text=lambda j, delta: events.put((j, delta)))
+        try:
+            yield from self._stream_chunks(prep, job, events)
+        finally:  # the consumer stopped early (its client went away): drop the job
+            if not job.done():
+                job.cancel()
+
+    def _stream_chunks(self, prep: Prepared, job: Job, events: queue.Queue) -> Iterator[dict]:
+        req = prep.request
         raw, sent = [""] * req.n, [0] * req.n
         # a tail as long as the longest stop string may still be (the start of) one: it is returned only at the end
         hold = max((len(s) for s in req.stop), default=0)

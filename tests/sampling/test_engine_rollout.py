@@ -166,3 +166,25 @@ def test_bad_input_is_refused_with_a_clear_error(small_vocab_model):
         engine.submit([1, 99], SamplingParams(max_new_tokens=2))
     with pytest.raises(ValueError, match="slots=0"):
         RolloutEngine(small_vocab_model, slots=0)
+
+
+def test_step_returns_each_request_once_and_a_cancelled_one_frees_its_slots(small_vocab_model):
+    """A server drives the engine with `step` alone: what a step returns is forgotten (nothing accumulates over
+    requests served); `cancel` drops a queued request and stops a running one, whose slots and blocks come back,
+    while the others decode exactly as without it."""
+    params = SamplingParams(max_new_tokens=12, temperature=0.0, eos_ids=())
+    engine = RolloutEngine(small_vocab_model, slots=2, block_size=4, chunk_steps=2, num_blocks=40)
+    short = engine.submit(PROMPTS[0], params.replace(max_new_tokens=2))
+    long = engine.submit(PROMPTS[1], params)
+    queued = engine.submit(PROMPTS[2], params)  # no free slot: waits in the queue
+    returned = {}
+    while short not in returned:
+        returned.update(engine.step())
+    assert list(returned) == [short]
+    assert engine.cancel(queued) and engine.cancel(long) and not engine.cancel(long) and not engine.cancel(short)
+    assert not engine.sched.rows and not engine.sched.queue
+    assert engine.sched.alloc.free == engine.sched.alloc.num_blocks - 1
+    assert engine.collect() == {}  # nothing finished since: the short one was returned, the others dropped
+    again = engine.submit(PROMPTS[1], params)
+    (alone,) = RolloutEngine(small_vocab_model, slots=2, block_size=4, chunk_steps=2).generate([PROMPTS[1]], params)
+    np.testing.assert_array_equal(engine.collect()[again][0].tokens, alone.tokens)

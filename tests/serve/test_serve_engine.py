@@ -110,3 +110,52 @@ def test_a_speculating_server_answers_what_the_static_sampler_draws(tiny_model, 
         running.close()
     with pytest.raises(ValueError, match="paged"):
         start_server(tiny_model, tokenizer, engine="static", speculate=4)
+
+
+def _post_and_hang_up(url: str, body: dict, *, read: bool, after_s: float) -> None:
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    data = json.dumps(body).encode()
+    with socket.create_connection((where.hostname, where.port)) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(data) + data)
+        if read:
+            sock.recv(200)  # the stream's headers: decoding has begun
+        time.sleep(after_s)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_hangs_up_has_its_request_dropped(tiny_model, tokenizer, stream):
+    running = start_server(tiny_model, tokenizer, engine="paged", max_batch=2, batch_wait_ms=10, max_len=512)
+    try:
+        loop = running.server.service.batcher
+        running.client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=2)  # compiled
+        body = dict(model="m", messages=MESSAGES, temperature=0, max_tokens=400, stream=stream)
+        _post_and_hang_up(running.url, body, read=stream, after_s=0.3)
+        deadline = time.monotonic() + 60
+        while not any("its client went away" in line for line in running.log.lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(line.startswith("request dropped after") for line in running.log.lines), running.log.lines
+        assert not loop._live and not loop.engine.sched.rows  # its slots went back
+        assert not any("400 tokens" in line for line in running.log.lines)
+        # the server goes on answering
+        assert running.client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=3).usage \
+            .completion_tokens == 3
+    finally:
+        running.close()
+
+
+def test_a_stalled_upload_does_not_hold_up_shutdown(tiny_model, tokenizer):
+    import socket
+    from urllib.parse import urlsplit
+
+    running = start_server(tiny_model, tokenizer, engine="paged", max_batch=2, max_len=128)
+    where = urlsplit(running.url)
+    with socket.create_connection((where.hostname, where.port)) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\":")
+        time.sleep(0.3)
+        assert running.server.tracker.wait_idle(0)  # a body still arriving is not a request being answered
+        running.close()
