@@ -18,6 +18,7 @@ from typing import Sequence
 
 MAX_SAMPLES_PER_PROMPT = 4096
 MAX_STOP_STRING_CHARS = 256
+MIN_TEMPERATURE = 1e-6  # smallest positive temperature: logits of |z| ~ 1e2 divided by it stay far from float32's max
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +26,7 @@ class SamplingParams:
     """How to sample one request (a batch of prompts shares one `SamplingParams`).
 
     max_new_tokens: tokens generated per row and turn (>= 1).
-    temperature: 0 -> greedy (argmax); > 0 divides the logits.
+    temperature: 0 -> greedy (argmax); >= MIN_TEMPERATURE divides the logits (between: refused).
     top_k: keep the k most likely tokens (0 = off). top_p: nucleus mass in (0, 1] (1 = off).
     n: samples per prompt. seed: 0 <= seed < 2**32.
     eos_ids: ids that end a row (finish reason `eos`); None -> the tokenizer's end-of-turn ids.
@@ -56,6 +57,9 @@ class SamplingParams:
         _check_int("seed", self.seed, low=0, high=2**32 - 1)
         if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature={self.temperature!r}: expected a finite number >= 0 (0 = greedy)")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature={self.temperature!r}: expected 0 (greedy) or at least {MIN_TEMPERATURE} (the "
+                             "float32 logits divided by less overflow)")
         if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p={self.top_p!r}: expected a number in (0, 1] (1 = off)")
         for s in self.stop:

@@ -4,7 +4,7 @@ A `GenRequest` is one chat request's prompt ids with its own `SamplingParams` (n
 the requests it collected by `backend.batch_key(request)` and calls `generate` once per group; the backend
 decodes one group as ONE batch. `SamplerBackend` runs today's static `reasoner.sampling.Sampler`, whose batch
 shares one `SamplingParams`: its key holds what must be equal across a batch (greedy or temperature/top-p/top-k,
-stop strings, a client's seed, and for streamed requests the token budget); prompts, `n` and (non-streamed)
+stop strings, and for streamed requests the token budget; a seeded request is alone in its group); prompts, `n` and (non-streamed)
 `max_tokens` may differ. An engine with per-request settings can return one constant key.
 
 Row layout of a group: when every request has the same n, one sampler call with P prompts and that n (each
@@ -15,9 +15,10 @@ Shapes are bucketed so that a long-running server compiles a bounded set of prog
 padded (copies of its last prompt, whose rows are dropped) to `buckets.batch_bucket` sizes and a non-streamed
 group's budget is rounded up to the same sizes (at least 16; its requests are cut as above).
 
-Seeds: a client seed s gives its rows the keys (s, prompt index, sample); a request alone in its group (or
-first in it) reproduces `Sampler.generate([prompt], params with seed s)` exactly. Requests without a seed
-share one random seed per group.
+Seeds: a client seed s gives its rows the keys (s, 0, sample): a seeded request is decoded in a group of its own
+(its key holds the request itself), so it reproduces `Sampler.generate([prompt], params with seed s)` exactly
+whatever arrives beside it (OpenAI's `seed` contract; batched beside another, its prompt index and so its samples
+would depend on its neighbours). Requests without a seed share one random seed per group.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class SamplerBackend:
         budget = p.max_new_tokens if request.on_text is not None else None
         if p.greedy:
             return ("greedy", p.stop, budget)
-        return ("sample", p.temperature, p.top_p, p.top_k, p.stop, p.seed if request.seeded else None, budget)
+        return ("sample", p.temperature, p.top_p, p.top_k, p.stop, id(request) if request.seeded else None, budget)
 
     def generate(self, requests: Sequence[GenRequest]) -> list[list[Completion]]:
         if not requests:

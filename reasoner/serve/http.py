@@ -82,7 +82,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = self._read_json()  # before the in-flight count: a stalled upload never holds up shutdown
         except RequestError as err:
-            self._send_error(err)
+            try:
+                self._send_error(err)
+            except OSError:  # the client left mid-body: nobody to tell
+                self.close_connection = True
             return
         except OSError as err:  # the socket timed out or broke mid-body
             self.close_connection = True
@@ -117,9 +120,14 @@ class _Handler(BaseHTTPRequestHandler):
                                code="body_too_large")
         raw = self.rfile.read(size)
         try:
-            return json.loads(raw.decode("utf-8"))
+            body = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as err:
             raise RequestError(f"request body: not valid JSON ({err})", code="invalid_json") from None
+        where = _lone_surrogate(body)
+        if where is not None:  # valid JSON ("\ud800"), but no text the tokenizer can take
+            raise RequestError(f"{where or 'request body'}: a string holds a lone UTF-16 surrogate escape; expected "
+                               "valid Unicode text", param=where or None, code="invalid_json")
+        return body
 
     def _stream(self, prep) -> None:
         chunks = self.server.service.stream(prep)
@@ -149,6 +157,29 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: " + json.dumps(body).encode() + b"\n\n")
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+
+def _lone_surrogate(value, path: str = "") -> str | None:
+    """The path (`messages[0].content`) of the first string in a parsed JSON value that is not valid Unicode (a
+    lone surrogate escape), '' for the value itself, None when there is none."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        items = ((f"{path}.{k}" if path else str(k), k, v) for k, v in value.items())
+        for where, key, item in items:
+            found = _lone_surrogate(key, where) or _lone_surrogate(item, where)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _lone_surrogate(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 class _InFlight:

@@ -193,6 +193,16 @@ def _refuse_unsupported(body: dict) -> None:
         raise _fail("parallel_tool_calls", "a boolean", body["parallel_tool_calls"])
 
 
+GREEDY_BELOW = 1e-5  # vLLM's rule: a temperature under it decodes greedily
+
+
+def _temperature(body: dict) -> float:
+    """The request's temperature in [0, 2]; below `GREEDY_BELOW` it is 0 (greedy), as vLLM's server does (a
+    float32 division by 1e-40 made every logit inf and drew token 0)."""
+    t = _number(body, "temperature", low=0.0, high=2.0, default=1.0)
+    return 0.0 if t < GREEDY_BELOW else t
+
+
 def parse_chat_request(body: Any, *, max_n: int) -> ChatRequest:
     """Validates a decoded JSON body (see module docstring); `max_n` is the server's rows per batch."""
     if not isinstance(body, dict):
@@ -216,7 +226,7 @@ def parse_chat_request(body: Any, *, max_n: int) -> ChatRequest:
     return ChatRequest(
         model=model, messages=_messages(body.get("messages")), tools=_tools(body),
         n=_int(body, "n", low=1, high=max_n, default=1),
-        temperature=_number(body, "temperature", low=0.0, high=2.0, default=1.0),
+        temperature=_temperature(body),
         top_p=_number(body, "top_p", low=0.0, high=1.0, default=1.0, low_open=True),
         top_k=_int(body, "top_k", low=0, default=0),
         max_tokens=max_tokens, stop=_stop(body.get("stop")), seed=_int(body, "seed", low=0, high=2**32 - 1),

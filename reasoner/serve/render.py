@@ -5,9 +5,10 @@ reads `tools` (SmolLM2's plain ChatML, for one) would drop them silently; for th
 written into the system message in the Hermes/Qwen 2.5 wording, and past assistant tool calls and tool results
 are written as `<tool_call>` / `<tool_response>` text, so the model sees the same protocol either way.
 
-Replies are parsed with `reasoner.agents.tool_calls.parse_tool_calls`, only when they contain `<tool_call>`
-(its plain-text modes, such as `finish("B")` in prose, are for the SMT agent, not for a general server): the
-content is the text before the first tag, the calls are returned with JSON-encoded arguments as the wire wants.
+Replies are parsed with `reasoner.agents.tool_calls.parse_tool_calls`, only when they contain `<tool_call>`, and
+only its tagged calls of the tools the client offered count (its plain-text modes, such as `finish("B")` in prose,
+are for the SMT agent, not for a general server): the content is the text before the first tag, the calls are
+returned with JSON-encoded arguments as the wire wants.
 """
 
 from __future__ import annotations
@@ -78,13 +79,16 @@ class Reply:
     tool_calls: tuple[dict, ...] = ()
 
 
-def parse_reply(text: str, *, tools_offered: bool) -> Reply:
-    """Splits a generated reply into content and Hermes tool calls (see module docstring)."""
+def parse_reply(text: str, *, tools_offered: bool, names: Sequence[str] = ()) -> Reply:
+    """Splits a generated reply into content and Hermes tool calls (see module docstring). Only calls inside
+    `<tool_call>` tags count (never the SMT agent's plain-text forms), and with `names` (the offered tools' names)
+    only calls of those tools: a reply calling nothing the client offered is all content."""
     if not tools_offered or TOOL_TAG not in text:
         return Reply(content=text)
     from reasoner.agents.tool_calls import parse_tool_calls
 
-    calls = parse_tool_calls(text[text.index(TOOL_TAG):])
+    calls = [c for c in parse_tool_calls(text[text.index(TOOL_TAG):])
+             if c.parse_mode != "text" and (not names or c.name in names)]
     if not calls:
         return Reply(content=text)
     head = text[:text.index(TOOL_TAG)]  # not stripped: streamed content is this same prefix
@@ -95,12 +99,16 @@ def parse_reply(text: str, *, tools_offered: bool) -> Reply:
 
 def streamable_prefix(text: str, *, tools_offered: bool) -> int:
     """How much of a growing reply may be streamed as content now: all of it, or (with tools offered) up to the
-    first `<tool_call>` or a tail that could be the start of one (that part may become a tool call)."""
+    first `<tool_call>` or a tail that could be the start of one (that part may become a tool call), and nothing
+    while that part is only whitespace (a reply that is only tool calls has no content: `parse_reply`)."""
     if not tools_offered:
         return len(text)
+    end = len(text)
     if TOOL_TAG in text:
-        return text.index(TOOL_TAG)
-    for k in range(min(len(TOOL_TAG) - 1, len(text)), 0, -1):
-        if text.endswith(TOOL_TAG[:k]):
-            return len(text) - k
-    return len(text)
+        end = text.index(TOOL_TAG)
+    else:
+        for k in range(min(len(TOOL_TAG) - 1, len(text)), 0, -1):
+            if text.endswith(TOOL_TAG[:k]):
+                end = len(text) - k
+                break
+    return end if text[:end].strip() else 0

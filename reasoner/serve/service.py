@@ -132,7 +132,8 @@ class ChatService:
         completions = job.wait()
         choices = []
         for c in completions:
-            reply = parse_reply(self._content(prep, c), tools_offered=bool(prep.request.tools))
+            reply = parse_reply(self._content(prep, c), tools_offered=bool(prep.request.tools),
+                                names=_tool_names(prep.request.tools))
             message = {"role": "assistant", "content": reply.content}
             if reply.tool_calls:
                 message["tool_calls"] = list(reply.tool_calls)
@@ -184,7 +185,7 @@ class ChatService:
         completions = job.wait()
         for c in completions:
             j = c.sample_index
-            reply = parse_reply(self._content(prep, c), tools_offered=tools)
+            reply = parse_reply(self._content(prep, c), tools_offered=tools, names=_tool_names(req.tools))
             rest = (reply.content or "")[sent[j]:]
             delta = {"content": rest} if rest else {}
             if reply.tool_calls:
@@ -194,3 +195,8 @@ class ChatService:
                                       "finish_reason": "tool_calls" if reply.tool_calls else FINISH[c.finish_reason]}])
         if req.include_usage:
             yield self._chunk(prep, [], usage=self._usage(prep, completions))
+
+
+def _tool_names(tools) -> tuple[str, ...]:
+    """The names of the offered tools (`protocol` has checked each is {"type": "function", "function": {...}})."""
+    return tuple(t["function"]["name"] for t in tools or ())

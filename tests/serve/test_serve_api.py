@@ -41,6 +41,11 @@ def test_greedy_completion_equals_the_sampler(tiny_server, reference, tokenizer)
     # the wire's log-probs are the sampler's model log-probs of the same tokens (float32 through JSON: exact)
     assert [t.logprob for t in choice.logprobs.content] == [float(x) for x in want.model_logprobs]
     assert "".join(t.token for t in choice.logprobs.content) == want.text
+    # a temperature under 1e-5 is greedy (vLLM's rule): float32 logits divided by 1e-40 drew token 0
+    for tiny in (1e-6, 1e-40):
+        low = tiny_server.client.chat.completions.create(model="test-model", messages=MESSAGES, temperature=tiny,
+                                                         max_tokens=12)
+        assert low.choices[0].message.content == want.text
 
 
 def test_n4_returns_the_four_seeded_samples(tiny_server, reference):
@@ -51,6 +56,13 @@ def test_n4_returns_the_four_seeded_samples(tiny_server, reference):
     assert [c.message.content for c in out.choices] == [w.text for w in want]
     assert len({c.message.content for c in out.choices}) > 1  # four draws, not one repeated
     assert out.usage.completion_tokens == sum(w.num_tokens for w in want)
+    # sent at once with another seeded request (same seed, other prompt), each still gets its samples alone
+    other = [{"role": "user", "content": "Name a prime number."}]
+    both = tiny_server.ask_at_once([dict(model="test-model", messages=m, n=2, temperature=1.0, seed=7, max_tokens=8)
+                                    for m in (other, MESSAGES)], join_s=300)
+    for answer, messages in zip(both, (other, MESSAGES)):
+        alone = reference(messages, temperature=1.0, n=2, seed=7, max_new_tokens=8)
+        assert [c.message.content for c in answer.choices] == [w.text for w in alone]
 
 
 def test_stream_concatenates_to_the_non_streamed_text(tiny_server):
@@ -127,6 +139,9 @@ def test_malformed_bodies_get_400_and_the_server_still_answers(tiny_server):
     assert bad_json.status_code == 400 and bad_json.json()["error"]["code"] == "invalid_json"
     not_object = httpx.post(url, json=[1, 2], timeout=60)
     assert not_object.status_code == 400 and "expected a JSON object" in not_object.json()["error"]["message"]
+    surrogate = httpx.post(url, content=b'{"messages": [{"role": "user", "content": "hi \\ud800"}]}', timeout=60)
+    assert surrogate.status_code == 400 and surrogate.json()["error"]["param"] == "messages[0].content"
+    assert "lone UTF-16 surrogate" in surrogate.json()["error"]["message"]
     too_large = httpx.post(url, content=b" " * (tiny_server.server.max_body_bytes + 1), timeout=60)
     assert too_large.status_code == 400 and too_large.json()["error"]["code"] == "body_too_large"
     assert httpx.get(tiny_server.url + "/nothing", timeout=60).status_code == 404

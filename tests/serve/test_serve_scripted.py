@@ -132,3 +132,14 @@ def test_hermes_prompt_and_parsing_pieces(tokenizer):
     assert streamable_prefix("abc <tool_", tools_offered=True) == 4
     assert streamable_prefix("abc <tool_", tools_offered=False) == 10
     assert streamable_prefix("abc <tool_call>{", tools_offered=True) == 4
+    # whitespace before a call is held back: a reply of tool calls alone streams no content, as it answers none
+    assert streamable_prefix("\n", tools_offered=True) == 0
+    assert streamable_prefix("\n<tool_call>{", tools_offered=True) == 0
+    assert parse_reply('\n<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>',
+                       tools_offered=True).content is None
+    # only tagged calls of offered tools: the SMT agent's plain-text forms and unoffered names stay content
+    prose = 'Wrap calls in <tool_call> tags; when done, finish("B")'
+    assert parse_reply(prose, tools_offered=True, names=("get_weather",)) == parse_reply(prose, tools_offered=False)
+    stray = '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'
+    assert parse_reply(stray, tools_offered=True, names=("get_weather",)).content == stray
+    assert parse_reply(stray, tools_offered=True, names=("rm_rf",)).tool_calls[0]["function"]["name"] == "rm_rf"
