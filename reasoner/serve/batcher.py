@@ -77,6 +77,8 @@ class JobQueue:
 
     max_rows: int
 
+    broken: BaseException | None = None  # set when the worker cannot go on: every job is then refused
+
     def _start_worker(self, name: str) -> None:
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._closing = threading.Event()
@@ -92,10 +94,24 @@ class JobQueue:
             raise ValueError(f"n={request.rows}: expected at most {self.max_rows} (the server's rows per batch)")
         job = Job(request)
         with self._lock:  # no job slips in after close() has queued its sentinel
+            if self.broken is not None:
+                raise ServerClosing(f"the server's generator is down ({type(self.broken).__name__}: {self.broken})")
             if self._closing.is_set():
                 raise ServerClosing("the server is shutting down")
             self._queue.put(job)
         return job
+
+    def _give_up(self, err: BaseException) -> None:
+        """The worker stops for good: later submissions are refused, and every queued job fails with `err`."""
+        with self._lock:
+            self.broken = err
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.finish(error=err)
 
     def close(self, timeout: float | None = None) -> None:
         with self._lock:

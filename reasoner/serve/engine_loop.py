@@ -19,10 +19,11 @@ that finds free slots always finds its blocks and memory never grows while servi
 A request whose client goes away (`Job.cancel`, from the HTTP handler) leaves the engine before the next step.
 
 Errors: a request the engine refuses fails alone (the handler answers 500 with the reason); an exception inside a
-step fails the requests then in the engine, which is rebuilt, and the worker goes on. `close()` stops taking jobs,
-finishes the queued and running ones, and joins the worker. The log gets a line per finished request
-(`request of R rows: T tokens in S s`, from its submission) and, every 10 s of work, one with the running rows,
-queued requests and tokens per second since the last such line.
+step fails the requests then in the engine, which is rebuilt, and the worker goes on; if the rebuild fails too,
+queued requests fail, new ones are refused (503) and `/health` says so, instead of every request waiting forever.
+`close()` stops taking jobs, finishes the queued and running ones, and joins the worker. The log gets a line per
+finished request (`request of R rows: T tokens in S s`, from its submission) and, every 10 s of work, one with the
+running rows, queued requests and tokens per second since the last such line.
 """
 
 from __future__ import annotations
@@ -87,7 +88,12 @@ class EngineLoop(JobQueue):
                 for job, _ in self._live.values():
                     job.finish(error=err)
                 self._live.clear()
-                self.engine = self._make_engine()
+                try:
+                    self.engine = self._make_engine()
+                except Exception as rebuild:  # noqa: BLE001 - no engine: refuse work rather than hang it
+                    log.exception("engine could not be rebuilt; the server refuses requests from now on")
+                    self._give_up(rebuild)
+                    return
                 continue
             self.steps += 1
             for rid, completions in finished.items():

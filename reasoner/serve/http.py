@@ -69,7 +69,11 @@ class _Handler(BaseHTTPRequestHandler):
                 {"id": service.model_name, "object": "model", "created": self.server.started, "owned_by": "reasoner",
                  "max_model_len": service.backend.max_len}]})
         elif self.path.rstrip("/") == "/health":
-            self._send_json(200, {"status": "ok"})
+            broken = self.server.service.batcher.broken
+            if broken is None:
+                self._send_json(200, {"status": "ok"})
+            else:
+                self._send_json(503, {"status": "error", "error": f"{type(broken).__name__}: {broken}"})
         else:
             self._send_error(RequestError(f"no route GET {self.path}", status=404, code="not_found"))
 

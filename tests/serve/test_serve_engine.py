@@ -159,3 +159,31 @@ def test_a_stalled_upload_does_not_hold_up_shutdown(tiny_model, tokenizer):
         time.sleep(0.3)
         assert running.server.tracker.wait_idle(0)  # a body still arriving is not a request being answered
         running.close()
+
+
+def test_an_engine_that_cannot_be_rebuilt_refuses_work_instead_of_hanging(tiny_model, tokenizer):
+    """A step fails, then building a fresh engine fails too: the queued request fails, new ones get 503 and
+    `/health` reports the error (the worker used to die and leave every later request waiting forever)."""
+    import httpx2 as httpx
+
+    running = start_server(tiny_model, tokenizer, engine="paged", max_batch=2, max_len=128)
+    loop = running.server.service.batcher
+    try:
+        def broken_step():
+            raise RuntimeError("device lost")
+
+        def broken_build():
+            raise MemoryError("no room for a fresh engine")
+
+        loop.engine.step = broken_step
+        loop._make_engine = broken_build
+        first = httpx.post(running.url + "/chat/completions", json={"messages": MESSAGES, "max_tokens": 2},
+                           timeout=120)
+        assert first.status_code == 500 and "device lost" in first.json()["error"]["message"]
+        later = httpx.post(running.url + "/chat/completions", json={"messages": MESSAGES, "max_tokens": 2},
+                           timeout=120)
+        assert later.status_code == 503 and "no room for a fresh engine" in later.json()["error"]["message"]
+        health = httpx.get(running.url.removesuffix("/v1") + "/health", timeout=60)
+        assert health.status_code == 503 and health.json()["status"] == "error"
+    finally:
+        running.close()
