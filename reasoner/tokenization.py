@@ -150,6 +150,42 @@ def encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _byte_level_chars() -> dict[str, int]:
+    """The byte-level BPE alphabet (GPT-2's): each of the 256 bytes as one printable character (printable Latin-1
+    bytes as themselves, the others shifted past 255 in order), inverted: character -> byte."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, shifted = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + shifted)] = b
+            shifted += 1
+    return chars
+
+
+_BYTE_LEVEL = _byte_level_chars()
+
+
+def token_bytes(tokenizer, token_id: int) -> list[int]:
+    """The raw UTF-8 bytes one token stands for (OpenAI's logprob `bytes`): a token may hold part of a character,
+    which decoding it alone turns into U+FFFD. Byte-level BPE vocabularies (GPT-2, Llama 3, SmolLM2, Qwen) spell
+    bytes as `_BYTE_LEVEL` characters, SentencePiece byte fallback as `<0xHH>`; any other token is its decoded
+    text's bytes."""
+    piece = tokenizer.convert_ids_to_tokens(int(token_id))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if isinstance(piece, str):
+        if type(getattr(backend, "decoder", None)).__name__ == "ByteLevel" and all(c in _BYTE_LEVEL for c in piece):
+            return [_BYTE_LEVEL[c] for c in piece]
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                return [int(piece[3:5], 16)]
+            except ValueError:
+                pass
+    text = tokenizer.decode([int(token_id)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    return list(text.encode("utf-8"))
+
+
 def chat_ids(tokenizer, messages: Sequence[Message], *, add_generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
     """Token ids of a rendered chat, ready for the sampler."""
     return encode(tokenizer, render_chat(tokenizer, messages, add_generation_prompt=add_generation_prompt, **template_kwargs))

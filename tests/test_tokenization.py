@@ -142,3 +142,19 @@ def test_preset_name_resolves(tok):
 def test_unknown_preset_raises():
     with pytest.raises(FileNotFoundError, match="known presets"):
         tokenization.load_tokenizer("no-such-model")
+
+
+def test_token_bytes_rebuild_the_text_even_where_a_token_splits_a_character():
+    """OpenAI's logprob `bytes`: each token's raw bytes, so the pieces of a multi-byte character concatenate back
+    (decoding such a token alone gives U+FFFD); byte-level alphabet: a bijection onto the 256 bytes."""
+    from reasoner.tokenization import _BYTE_LEVEL, load_tokenizer, token_bytes
+
+    assert sorted(_BYTE_LEVEL.values()) == list(range(256)) and len(_BYTE_LEVEL) == 256
+    tok = load_tokenizer(smollm2_path())
+    for text in ["café ©", "naïve — 日本語 🙂 ∀x∃y", "plain ascii, 123"]:
+        ids = tok.encode(text, add_special_tokens=False)
+        pieces = [token_bytes(tok, i) for i in ids]
+        assert b"".join(bytes(p) for p in pieces) == text.encode("utf-8")
+    split = [i for i in tok.encode("日本語 🙂", add_special_tokens=False) if "\ufffd" in tok.decode([i])]
+    assert split  # the tokenizer does split characters across tokens here
+    assert bytes(token_bytes(tok, tok.convert_tokens_to_ids("<|im_end|>"))) == b"<|im_end|>"

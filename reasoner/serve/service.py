@@ -25,6 +25,7 @@ from reasoner.serve.backend import Backend, GenRequest
 from reasoner.serve.batcher import Batcher, Job
 from reasoner.serve.protocol import ChatRequest, RequestError, parse_chat_request
 from reasoner.serve.render import parse_reply, render_prompt, streamable_prefix
+from reasoner.tokenization import token_bytes
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
@@ -112,7 +113,7 @@ class ChatService:
         content = []
         for t, lp in zip(tokens, c.model_logprobs):
             piece = self.tokenizer.decode([t], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            content.append({"token": piece, "logprob": float(lp), "bytes": list(piece.encode("utf-8")),
+            content.append({"token": piece, "logprob": float(lp), "bytes": token_bytes(self.tokenizer, t),
                             "top_logprobs": []})
         return {"content": content}
 
