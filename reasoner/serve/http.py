@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 from reasoner.serve.batcher import ServerClosing
 from reasoner.serve.protocol import RequestError, error_body
@@ -62,13 +63,17 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(err.status, err.body())
 
     # ------------------------------------------------------------------------------------------ routes
+    def _route(self) -> str:
+        """The request's path without its query string (`?api-version=...`, which some clients add) or last '/'."""
+        return urlsplit(self.path).path.rstrip("/")
+
     def do_GET(self):  # noqa: N802 - http.server's naming
-        if self.path.rstrip("/") == "/v1/models":
+        if self._route() == "/v1/models":
             service = self.server.service
             self._send_json(200, {"object": "list", "data": [
                 {"id": service.model_name, "object": "model", "created": self.server.started, "owned_by": "reasoner",
                  "max_model_len": service.backend.max_len}]})
-        elif self.path.rstrip("/") == "/health":
+        elif self._route() == "/health":
             broken = self.server.service.batcher.broken
             if broken is None:
                 self._send_json(200, {"status": "ok"})
@@ -78,7 +83,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(RequestError(f"no route GET {self.path}", status=404, code="not_found"))
 
     def do_POST(self):  # noqa: N802
-        if self.path.rstrip("/") != "/v1/chat/completions":
+        if self._route() != "/v1/chat/completions":
             self.close_connection = True  # the body was not read
             self._send_error(RequestError(f"no route POST {self.path} (expected /v1/chat/completions)", status=404,
                                           code="not_found"))

@@ -145,6 +145,7 @@ def test_malformed_bodies_get_400_and_the_server_still_answers(tiny_server):
     too_large = httpx.post(url, content=b" " * (tiny_server.server.max_body_bytes + 1), timeout=60)
     assert too_large.status_code == 400 and too_large.json()["error"]["code"] == "body_too_large"
     assert httpx.get(tiny_server.url + "/nothing", timeout=60).status_code == 404
+    assert httpx.get(tiny_server.url + "/models?api-version=1", timeout=60).status_code == 200  # a query is no route
     with pytest.raises(openai.BadRequestError, match="messages"):
         tiny_server.client.chat.completions.create(model="test-model", messages=[])
     ok = tiny_server.client.chat.completions.create(model="test-model", messages=MESSAGES, max_tokens=2)
