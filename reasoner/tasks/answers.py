@@ -6,11 +6,13 @@
 Kinds (the RL-of-Thoughts code's four formats):
   number  - "The answer is N" (else the last number in the text); compared as floats after removing
             everything but digits, sign and the decimal point (GSM8K's "#### 1,234" -> 1234).
-  choice  - "The answer is (X)" (else a lone option letter); compared as upper-case letters.
+  choice  - the first letter after the last "The answer is" (else the last letter written as an option,
+            "(B)", "B)", "B:"); compared as upper-case letters.
   boolean - "The answer is yes/no" (also true/false); compared as booleans.
   text    - the last `\\boxed{...}` (balanced braces; else "The answer is ..."); compared with
             `normalize_math`, our normaliser in the spirit of Hendrycks' MATH `is_equiv`: it removes
-            spaces, `\\left`/`\\right`, `\\!`, dollars, `^\\circ`, `\\text{units}`, trailing dots; rewrites
+            a whole-answer `\\boxed{}`, spaces, `\\left`/`\\right`, `\\!`, dollars (`\\$` too), `^\\circ`,
+            `\\text{units}` after a value (a word answer such as `\\text{east}` is kept), trailing dots; rewrites
             `\\dfrac`/`\\tfrac` -> `\\frac`, `\\frac12` -> `\\frac{1}{2}`, `a/b` of integers -> `\\frac{a}{b}`,
             `0.5` -> `\\frac{1}{2}` when exact, a leading `x=`; and compares numerically when both sides are plain numbers.
 A missing answer extracts as None and is never correct (choice: the authors guess a random letter; we do not,
@@ -77,7 +79,12 @@ def extract_answer(kind: str, text: str) -> str | None:
         for source in (tail, text):
             if source is None:
                 continue
-            match = re.search(r"\(([A-Ea-e])\)|\b([A-E])\b(?:\)|:|\.|$)", source)
+            if source is tail:  # the first letter after "answer is", whatever follows it ("C, unknown", "C because")
+                match = re.search(r"\(([A-Ea-e])\)|\b([A-E])\b(?=[\s).,:;]|$)", source)
+            else:  # no "answer is": the last letter written as an option ("(B)", "B)", "B:", "B."), never the
+                # article "A" in a sentence
+                matches = list(re.finditer(r"\(([A-Ea-e])\)|\b([A-E])\b(?:\)|:|\.|$)", source))
+                match = matches[-1] if matches else None
             if match:
                 return (match.group(1) or match.group(2)).upper()
         return None
@@ -162,11 +169,16 @@ def _fix_sqrt(s: str) -> str:
 def normalize_math(answer: str) -> str:
     """A canonical string for a MATH answer (see the module docstring for the rules)."""
     s = str(answer).strip()
+    boxed = last_boxed(s)
+    if boxed is not None and s.startswith(("\\boxed{", "\\fbox{")) and s.endswith("}") \
+            and len(boxed) == len(s) - s.index("{") - 2:
+        s = boxed.strip()  # the whole answer boxed: its content
     s = s.replace("\n", "").replace("\\!", "").replace("\\\\", "\\")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\left", "").replace("\\right", "")
-    s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\%", "").replace("%", "").replace("$", "")
-    s = re.sub(r"\\text\{\s*[a-zA-Z ]*\}$", "", s).strip()  # trailing units
+    s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\%", "").replace("%", "")
+    s = s.replace("\\$", "").replace("$", "")  # "\\$32" is 32 dollars: no stray backslash left
+    s = re.sub(r"(?<=\S)\s*\\text\{\s*[a-zA-Z ]*\}$", "", s).strip()  # trailing units after a value only
     s = re.sub(r"\\(?:text|mbox|mathrm)\{([^}]*)\}", r"\1", s)
     s = s.replace(" ", "").rstrip(".")
     if re.fullmatch(r"[a-zA-Z]\w*=.+", s) and s.count("=") == 1:
@@ -205,6 +217,8 @@ def is_equiv(a: str | None, b: str | None) -> bool:
     if a is None or b is None:
         return False
     na, nb = normalize_math(a), normalize_math(b)
+    if not na or not nb:  # nothing left to compare is never a match
+        return False
     if na == nb:
         return True
     x, y = _as_number(na), _as_number(nb)

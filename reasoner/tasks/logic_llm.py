@@ -140,10 +140,17 @@ def extract_answer(text: str | None, problem: LogicProblem) -> str | None:
     stripped = body.strip(" .*`'\"")
     if stripped.upper() in labels:
         return stripped.upper()
-    # Prefer an explicit "answer is X" / "Answer: X" when the text argues before concluding.
-    for pattern in (rf"answer\s*(?:is|:)?\s*\(?([{letters}])\)?(?![\w])",
-                    rf"^\(?([{letters}])\)(?:\s|$)", rf"\boption\s*\(?([{letters}])\)?(?![\w])"):
-        found = re.findall(pattern, body, flags=re.IGNORECASE | re.MULTILINE)
+    # Prefer an explicit "answer is X" / "Answer: X" when the text argues before concluding. The words match in any
+    # case, the letter only as a capital (or in parentheses): "my answer is a definite False" names no option.
+    lower = letters.lower()
+    letter = rf"(?:\(([{letters}{lower}])\)|([{letters}]))(?![\w])"
+    line = rf"^\(?([{letters}])\)(?:\s|$)"  # "B) ..." opening a line
+    for pattern in (rf"(?i:answer)\s*(?:(?i:is)|:)?\s*{letter}", line, rf"\b(?i:option)\s*{letter}"):
+        found = [m if isinstance(m, str) else m[0] or m[1] for m in re.findall(pattern, body, flags=re.MULTILINE)]
+        if pattern == line and set(found) >= set(letters):
+            # the options echoed back, one a line: not a choice, and their words are not the reply's either
+            body = re.sub(line + ".*$", "", body, flags=re.MULTILINE)
+            continue
         if found:
             return found[-1].upper()
     words = {label: letter for letter, label in labels.items()}

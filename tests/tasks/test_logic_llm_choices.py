@@ -70,3 +70,10 @@ def test_jsonl_and_bad_json(tmp_path):
         load_file(tmp_path / "bad.json")
     with pytest.raises(FileNotFoundError, match="no such Logic-LLM file"):
         load_file(tmp_path / "missing.json")
+
+
+def test_a_lower_case_article_or_echoed_options_are_not_a_choice(shared_data):
+    problem = load_problems(shared_data, "proofwriter", limit=1)[0]  # A true, B false, C unknown
+    assert extract_answer("My answer is a definite False.", problem) == "B"  # "a" is an article, not option A
+    assert extract_answer("A) True\nB) False\nC) Unknown\nThe statement is False.", problem) == "B"
+    assert extract_answer("The answer is (b).", problem) == "B" and extract_answer("Answer: C", problem) == "C"

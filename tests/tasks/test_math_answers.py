@@ -51,20 +51,39 @@ def test_math500_solutions_boxed_answer_equals_gold(shared_data):
 @pytest.mark.parametrize("a,b", [(r"\frac12", r"\dfrac{1}{2}"), ("0.5", r"\frac{1}{2}"), ("1/2", r"\frac{1}{2}"),
                                  (r"\left( 3, \frac{\pi}{2} \right)", r"(3,\frac{\pi}{2})"), ("x = 5", "5"),
                                  (r"10^\circ", "10"), (r"\sqrt3", r"\sqrt{3}"), ("5.", "5"), ("1,000", "1000"),
-                                 (r"3\text{ cm}", "3")])
+                                 (r"3\text{ cm}", "3"), (r"\$32,\!348", "32348"), (r"\boxed{\frac12}", "0.5"),
+                                 (r"\text{east}", "east")])
 def test_normaliser_equivalences(a, b):
     assert is_equiv(a, b), (normalize_math(a), normalize_math(b))
 
 
-@pytest.mark.parametrize("a,b", [(r"\frac12", r"\frac13"), ("(3,4)", "(4,3)"), ("x+1", "x-1"), ("0.5", "0.51")])
+@pytest.mark.parametrize("a,b", [(r"\frac12", r"\frac13"), ("(3,4)", "(4,3)"), ("x+1", "x-1"), ("0.5", "0.51"),
+                                 (r"\text{even}", r"\text{odd}"), (r"\text{}", r"\text{ }")])
 def test_normaliser_keeps_different_answers_apart(a, b):
     assert not is_equiv(a, b)
+
+
+def test_word_and_dollar_answers_of_math500_score_only_when_right(shared_data):
+    """The real MATH-500 answers that are a lone word (the units rule used to erase them, so any word scored 1)
+    or hold `\\$` (it left a stray backslash, so the right number scored 0)."""
+    problems = {p.id: p for p in load_task(shared_data, "math500")}
+    for pid, right in [("test/algebra/1349.json", "Evelyn"), ("test/prealgebra/105.json", "east"),
+                       ("test/intermediate_algebra/128.json", "even")]:
+        assert score(problems[pid], rf"\boxed{{\text{{{right}}}}}") == 1.0
+        assert score(problems[pid], r"\boxed{\text{nobody}}") == 0.0
+    dollars = problems["test/algebra/2626.json"]
+    assert [score(dollars, rf"\boxed{{{p}}}") for p in ("32,348", "32348", r"\$32348", "32,349")] == [1, 1, 1, 0]
 
 
 def test_extraction_edge_cases():
     assert extract_answer("number", "I have $1,234.50 left. The answer is $1,234.50.") == "1234.5"
     assert extract_answer("number", "3 + 4 = 7 so 7") == "7"  # no phrase: the last number
     assert extract_answer("choice", "B) False is right") == "B"
+    # after "the answer is", the letter whatever follows it; without it, the last option-shaped letter, never the
+    # article "A"
+    assert extract_answer("choice", "Options: A) True B) False C) Unknown. The answer is C, unknown.") == "C"
+    assert extract_answer("choice", "A. Consider the premises. The answer is C because they do not decide.") == "C"
+    assert extract_answer("choice", "A cat is not B) a dog, so (C).") == "C"
     assert extract_answer("boolean", "The answer is No, because") == "no"
     assert extract_answer("text", r"\boxed{\frac{a}{\sqrt{b}}} done") == r"\frac{a}{\sqrt{b}}"
     assert extract_answer("text", "nothing") is None
