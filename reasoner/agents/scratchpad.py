@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Callable, Sequence
 
 from reasoner.agents import environment
@@ -66,10 +67,13 @@ def _bad_call(error: str) -> Observation:
 
 
 def _clamp_timeout(value, cap: float) -> float:
+    """A model's `timeout` argument within [1, cap] seconds; anything not a finite number (NaN and inf parse from
+    its JSON, and a NaN deadline killed the pool thread that served the call) gets the cap."""
     try:
-        return float(min(max(float(value), 1.0), cap))
-    except (TypeError, ValueError):
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
         return float(cap)
+    return float(min(max(seconds, 1.0), cap)) if math.isfinite(seconds) else float(cap)
 
 
 class _SolverCall:

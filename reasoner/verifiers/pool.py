@@ -31,6 +31,7 @@ import atexit
 import collections
 import concurrent.futures
 import dataclasses
+import math
 import os
 import pickle
 import queue
@@ -291,6 +292,10 @@ class VerifierPool:
         """
         if self._closed:
             raise RuntimeError("VerifierPool is closed")
+        for name, value in (("deadline_s", deadline_s), ("memory_mb", memory_mb)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"{target}: {name}={value!r}; expected a finite number > 0 (None: the pool's)")
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             self._next_id += 1
@@ -401,10 +406,15 @@ class VerifierPool:
                         future.set_result(CallResult("crash", error=f"{target}: {self._spawn_error}"))
                         continue
                 begin = time.perf_counter()
-                reply = worker.call(payload, deadline_s=deadline_s, memory_mb=memory_mb)
-                elapsed = time.perf_counter() - begin
-                result = self._to_result(reply, worker, target, deadline_s, memory_mb,
-                                         elapsed=elapsed, queued=begin - submitted)
+                try:
+                    reply = worker.call(payload, deadline_s=deadline_s, memory_mb=memory_mb)
+                    elapsed = time.perf_counter() - begin
+                    result = self._to_result(reply, worker, target, deadline_s, memory_mb,
+                                             elapsed=elapsed, queued=begin - submitted)
+                except Exception as err:  # noqa: BLE001 - whatever went wrong, this thread must keep serving
+                    self._count_failure()
+                    result = CallResult("crash", error=f"{target}: the pool failed to run the call: "
+                                                       f"{type(err).__name__}: {err}")
                 if result.outcome in ("timeout", "memory", "crash"):
                     worker.kill()  # before answering, so the caller never sees a straggler
                 future.set_result(result)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import math
 import re
 import time
 
@@ -187,6 +188,8 @@ class Z3Runner:
 
     def submit(self, smt_code: str, *, timeout_s: float | None = None) -> concurrent.futures.Future:
         timeout_s = float(timeout_s or self.timeout_s)
+        if not math.isfinite(timeout_s) or timeout_s <= 0:
+            raise ValueError(f"Z3 timeout_s={timeout_s!r}: expected a finite number of seconds > 0")
         inner = self.pool.submit(self.TARGET, smt_code,
                                  task_kwargs={"timeout_s": timeout_s, "memory_mb": self.memory_mb},
                                  deadline_s=timeout_s + HARD_GRACE_S, memory_mb=self.memory_mb)

@@ -43,21 +43,23 @@ def test_default_t_max_is_ten():
 
 def test_bad_calls_get_error_observations_and_the_episode_continues():
     runner = RecordingRunner()
+    nan = '<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "(check-sat)", "timeout": NaN}}</tool_call>'
     script = [call("search_web", q="x") + call("z3_solve", code="(check-sat)") + call("z3_solve", smt_code=" "),
-              call("z3_solve", smt_code="(check-sat)", timeout=999) + call("z3_solve", smt_code="(check-sat)", timeout="x"),
+              call("z3_solve", smt_code="(check-sat)", timeout=999) + call("z3_solve", smt_code="(check-sat)", timeout="x")
+              + nan + call("z3_solve", smt_code="(check-sat)", timeout="-inf"),
               call("finish", answer=["A"])]
     (traj,) = run_scratchpad(ScriptedPolicy({"p": script}), [("id", conv("p"))], runner=runner, timeout_cap_s=30)
     errors = [o["error"] for o in traj.observations[:3]]
     assert "unknown tool 'search_web'" in errors[0]
     assert "non-empty string argument 'smt_code'" in errors[1] and "['code']" in errors[1]
     assert "smt_code" in errors[2]
-    assert [t for _, t in runner.calls] == [30.0, 30.0]  # 999 clamped to the cap, "x" -> cap
+    assert [t for _, t in runner.calls] == [30.0] * 4  # 999 clamped to the cap; "x", NaN and -inf -> the cap
     assert traj.termination == "finish" and traj.answer == '["A"]' and traj.turns == 3
     tool_messages = [m for m in traj.messages if m["role"] == "tool"]
-    assert len(tool_messages) == 5 and all(m["name"] in ("z3_solve", "search_web") for m in tool_messages)
+    assert len(tool_messages) == 7 and all(m["name"] in ("z3_solve", "search_web") for m in tool_messages)
     visible = json.loads(tool_messages[3]["content"])
     assert set(visible) == {"success", "output", "sat_result", "error"} and visible["output"].endswith("[truncated]")
-    assert traj.metadata["solver_calls"] == 2 and len(traj.metadata["errors"]) == 3
+    assert traj.metadata["solver_calls"] == 4 and len(traj.metadata["errors"]) == 3
 
 
 def test_reply_without_tool_call_ends_and_calls_before_finish_run():

@@ -162,3 +162,29 @@ def test_bad_pool_inputs_are_named(pool):
     with pytest.raises(TypeError, match="arguments of reasoner.verifiers.probe_tasks:echo must be picklable"):
         pool.submit(PROBE + "echo", lambda: None)
     assert pool.submit(PROBE + "echo", 3).result().value == 3  # the pool is unaffected
+    for bad in (float("nan"), float("inf"), 0, -1.0, True):  # a NaN deadline killed the thread serving the call
+        with pytest.raises(ValueError, match=r"deadline_s=.*expected a finite number > 0"):
+            pool.submit(PROBE + "echo", 1, deadline_s=bad)
+    with pytest.raises(ValueError, match=r"memory_mb=nan"):
+        pool.submit(PROBE + "echo", 1, memory_mb=float("nan"))
+
+
+def test_an_error_inside_the_pool_fails_its_call_and_the_thread_goes_on(monkeypatch):
+    """Whatever raises while a pool thread runs a call (here the worker's own call method) answers that call with
+    a crash; the thread keeps serving, so no later call waits forever on a dead thread."""
+    from reasoner.verifiers import pool as pool_module
+
+    with VerifierPool(workers=1, deadline_s=2.0) as p:
+        real_call = pool_module._Worker.call
+        calls = []
+
+        def flaky(self, payload, **limits):
+            calls.append(1)
+            if len(calls) == 1:
+                raise ValueError("Invalid value NaN (select)")
+            return real_call(self, payload, **limits)
+
+        monkeypatch.setattr(pool_module._Worker, "call", flaky)
+        first = p.submit(PROBE + "echo", 1).result(timeout=30)
+        assert first.outcome == "crash" and "the pool failed to run the call: ValueError" in first.error
+        assert p.submit(PROBE + "echo", 2).result(timeout=30).value == 2
