@@ -246,8 +246,11 @@ def file_access(smt_code: str) -> list[str]:
 
     Every keyword token anywhere in the script is checked, so a parameter given through
     `set-option`, `using-params`, `check-sat-using` or a tactic's attributes is seen the same way;
-    names are compared as Z3 does (case-insensitive, `-` equal to `_`). One linear scan; text after
-    an unterminated string is inside that string for Z3 too, so it is not scanned. Never raises.
+    names are compared as Z3 does (case-insensitive, `-` equal to `_`); a command counts quoted too
+    (`(|include| ...)`), and so does any quoted symbol holding a backslash, which Z3 rejects and recovers from
+    by reading on where this scan cannot follow. One linear scan; text after an unterminated string is inside
+    that string for Z3 too (Z3 reads a backslash in a string literally, as this scanner does), so it is not
+    scanned. Never raises.
     """
     found: list[str] = []
     pos, depth, after_open = 0, 0, False
@@ -261,7 +264,11 @@ def file_access(smt_code: str) -> list[str]:
             continue
         if kind == "keyword" and text[1:].lower().replace("-", "_") in _FILE_OPTION_NAMES:
             found.append(text)
-        elif kind == "symbol" and after_open and depth == 1 and text in FILE_COMMANDS:
+        elif kind in ("symbol", "quoted") and after_open and depth == 1 and text.strip("|") in FILE_COMMANDS:
+            found.append(text)
+        elif kind == "quoted" and "\\" in text:
+            # Z3 rejects a backslash inside |...| and recovers by reading on from a place this scanner cannot
+            # follow ((set-info :source |a\| |) hid a set-option from it): fail closed
             found.append(text)
         depth += 1 if kind == "open" else -1 if kind == "close" and depth else 0
         after_open = kind == "open"

@@ -47,9 +47,13 @@ VERDICTS = ("sat", "unsat", "unknown")
 HARD_GRACE_S = 0.5
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MEMORY_MB = 256
+MAX_OUTPUT_CHARS = 65536  # of a call's output and model kept in its result (the model sees 4,000 of them)
 _ERROR = re.compile(r'\(error "((?:[^"]|"")*)"\)', re.DOTALL)
 _REASON = re.compile(r':reason-unknown\s+"([^"]*)"')
-_MEMOUT_TEXT = re.compile(r"out of memory|max\. memory exceeded|memout", re.IGNORECASE)
+# Z3's own out-of-memory errors are the whole message (after a position): an unknown constant named `memout`
+# ("unknown constant memout") must not read as one, or a script could have its worker killed on every call
+_MEMOUT_TEXT = re.compile(r"\s*(?:line \d+ column \d+: )?(?:out of memory|max\. memory exceeded|memout)\s*",
+                          re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,9 +99,14 @@ def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = 
 
 
 def refused_result(smt_code: str) -> Z3Result | None:
-    """The error result for a script that would touch a file (see `smtlib.file_access`), else None."""
+    """The error result for a script that would touch a file (see `smtlib.file_access`) or holds a NUL character
+    (Z3 takes a C string and would stop reading there, while curation grades the whole text), else None."""
     from reasoner.verifiers.smtlib import file_access
 
+    if "\x00" in smt_code:
+        return Z3Result(success=False, output="", sat_result=None, model=None, elapsed_s=0.0,
+                        error=f"refused before Z3 ran: a NUL character at offset {smt_code.index(chr(0))} would end "
+                              "the script for Z3; expected text without NUL")
     names = file_access(smt_code)
     if not names:
         return None
@@ -115,7 +124,7 @@ def is_memout(output: str, reason_unknown: str | None) -> bool:
 
 def _memout_error(output: str) -> bool:
     """An `(error "...")` of Z3 saying it ran out of memory (an `echo` of the words does not count)."""
-    return any(_MEMOUT_TEXT.search(m.group(1)) for m in _ERROR.finditer(output))
+    return any(_MEMOUT_TEXT.fullmatch(m.group(1)) for m in _ERROR.finditer(output))
 
 
 def run_script(smt_code: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -154,7 +163,18 @@ def run_script(smt_code: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
             reason = None
     if is_memout(output, reason):
         raise MemoryError(f"Z3 exceeded its memory cap of {memory_mb} MB ({reason or 'out of memory'})")
-    return parse_output(output, elapsed_s=time.perf_counter() - start, reason_unknown=reason)
+    return _capped(parse_output(output, elapsed_s=time.perf_counter() - start, reason_unknown=reason))
+
+
+def _capped(result: Z3Result) -> Z3Result:
+    """`result` with its output and model cut to MAX_OUTPUT_CHARS each (verdicts are read before the cut): an
+    822-character script doubling a string 18 times printed 4 MB, kept in every rollout record."""
+    cut = {}
+    for name in ("output", "model"):
+        text = getattr(result, name)
+        if text is not None and len(text) > MAX_OUTPUT_CHARS:
+            cut[name] = text[:MAX_OUTPUT_CHARS] + f"\n... [truncated: {len(text)} characters]"
+    return dataclasses.replace(result, **cut) if cut else result
 
 
 def failure_result(outcome: str, error: str | None, *, elapsed_s: float) -> Z3Result:

@@ -153,7 +153,10 @@ FILE_SCRIPTS = [f'(set-option :regular-output-channel "{PROBE}")(check-sat)',
                 f'(include "{PROBE}")(check-sat)',
                 f'(set-option :DIAGNOSTIC_output-channel "{PROBE}")(check-sat)',
                 f'(check-sat-using (using-params smt :solver.proof.log "{PROBE}"))',
-                '(set-option :trace true)(check-sat)'] + [
+                '(set-option :trace true)(check-sat)',
+                # Z3 rejects a backslash in |...| and reads on from elsewhere: it hid this set-option from the scan
+                f'(set-info :source |a\\| |)\n(set-option :regular-output-channel "{PROBE}")\n; |\n(check-sat)',
+                f'(|include| "{PROBE}")(check-sat)'] + [
     f'(set-option :{name} "{PROBE}")(check-sat)' for name in sorted(smtlib.FILE_OPTIONS)]
 
 
@@ -168,6 +171,23 @@ def test_harmless_options_and_symbols_named_like_commands_run():
     for script in ("(set-option :produce-proofs true)(check-sat)", "(declare-const include Int)(check-sat)",
                    '(echo ":regular-output-channel")(check-sat)', "; (include \"x\")\n(check-sat)"):
         assert run_script(script, timeout_s=5).verdicts == ("sat",), script
+
+
+def test_nul_a_symbol_named_memout_and_huge_outputs_get_their_own_answers(runner):
+    """A NUL would end the script for Z3 while curation grades the whole text: refused. An unknown constant named
+    `memout` is an ordinary error, not a memory-out that kills the worker. A 4 MB output is cut to
+    MAX_OUTPUT_CHARS in the result, its verdicts read first."""
+    from reasoner.verifiers.z3_runner import MAX_OUTPUT_CHARS
+
+    nul = run_script("(assert false)(check-sat)\x00(declare-const a Bool)(assert a)(check-sat)", timeout_s=5)
+    assert not nul.success and nul.error.startswith("refused before Z3 ran: a NUL character at offset 25")
+    named = runner.solve("(declare-const x Int)(assert (> x memout))(check-sat)")
+    assert named.error.endswith("unknown constant memout") and runner.pool.stats()["memory_kills"] == 0
+    doubling = "(define-fun s0 () String \"abcdefghijklmnop\")" + "".join(
+        f"(define-fun s{i} () String (str.++ s{i - 1} s{i - 1}))" for i in range(1, 19))
+    big = run_script(doubling + "(check-sat)(simplify s18)", timeout_s=20)  # 16 x 2^18 = 4 MB of output
+    assert big.verdicts == ("sat",) and MAX_OUTPUT_CHARS < len(big.output) < MAX_OUTPUT_CHARS + 64
+    assert big.output.endswith("characters]") and "[truncated: " in big.output
 
 
 def test_memout_hidden_by_get_model_is_detected_and_the_worker_recycled():
