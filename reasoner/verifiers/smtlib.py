@@ -273,3 +273,26 @@ def file_access(smt_code: str) -> list[str]:
         depth += 1 if kind == "open" else -1 if kind == "close" and depth else 0
         after_open = kind == "open"
     return list(dict.fromkeys(found))
+
+
+def echoed_verdicts(smt_code: str) -> list[str]:
+    """The `(echo "...")` commands whose text prints a line that reads as a verdict (sat, unsat, unknown): Z3
+    prints it as if a check-sat had answered, so an echoed "unsat" before an error forged solver evidence. Same
+    linear scan as `file_access`; never raises."""
+    found: list[str] = []
+    pos, after_echo, after_open = 0, False, False
+    while pos < len(smt_code):
+        match = _TOKEN.match(smt_code, pos)
+        if match is None:
+            break
+        kind, text = match.lastgroup, match.group()
+        pos = match.end()
+        if kind in ("ws", "comment"):
+            continue
+        if after_echo and kind == "string":
+            lines = text[1:-1].replace('""', '"').splitlines()
+            if any(line.strip().lower() in ("sat", "unsat", "unknown") for line in lines):
+                found.append(f"(echo {text})")
+        after_echo = after_open and kind == "symbol" and text == "echo"
+        after_open = kind == "open"
+    return found

@@ -99,10 +99,16 @@ def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = 
 
 
 def refused_result(smt_code: str) -> Z3Result | None:
-    """The error result for a script that would touch a file (see `smtlib.file_access`) or holds a NUL character
-    (Z3 takes a C string and would stop reading there, while curation grades the whole text), else None."""
-    from reasoner.verifiers.smtlib import file_access
+    """The error result for a script that would touch a file (see `smtlib.file_access`), echo a verdict word
+    (`smtlib.echoed_verdicts`: read as a check-sat's answer) or holds a NUL character (Z3 takes a C string and
+    would stop reading there, while curation grades the whole text), else None."""
+    from reasoner.verifiers.smtlib import echoed_verdicts, file_access
 
+    forged = echoed_verdicts(smt_code)
+    if forged:
+        return Z3Result(success=False, output="", sat_result=None, model=None, elapsed_s=0.0,
+                        error=f"refused before Z3 ran: {forged[0]} would print a verdict no check-sat gave; "
+                              "scripts may not echo sat, unsat or unknown")
     if "\x00" in smt_code:
         return Z3Result(success=False, output="", sat_result=None, model=None, elapsed_s=0.0,
                         error=f"refused before Z3 ran: a NUL character at offset {smt_code.index(chr(0))} would end "

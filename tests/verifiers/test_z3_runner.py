@@ -174,11 +174,16 @@ def test_harmless_options_and_symbols_named_like_commands_run():
 
 
 def test_nul_a_symbol_named_memout_and_huge_outputs_get_their_own_answers(runner):
-    """A NUL would end the script for Z3 while curation grades the whole text: refused. An unknown constant named
+    """An echoed verdict word is refused (it read as a check-sat's answer before an error). A NUL would end the script for Z3 while curation grades the whole text: refused. An unknown constant named
     `memout` is an ordinary error, not a memory-out that kills the worker. A 4 MB output is cut to
     MAX_OUTPUT_CHARS in the result, its verdicts read first."""
     from reasoner.verifiers.z3_runner import MAX_OUTPUT_CHARS
 
+    forged = run_script('(declare-const x Int)(echo "unsat")(assert (> x undeclared))(check-sat)', timeout_s=5)
+    assert not forged.success and forged.verdicts == () and forged.error.startswith(
+        'refused before Z3 ran: (echo "unsat") would print a verdict no check-sat gave')
+    assert run_script('(echo "x\nSAT ")(check-sat)', timeout_s=5).error.startswith("refused")  # a line of it
+    assert run_script('(echo "unsatisfiable, we expect")(check-sat)', timeout_s=5).verdicts == ("sat",)
     nul = run_script("(assert false)(check-sat)\x00(declare-const a Bool)(assert a)(check-sat)", timeout_s=5)
     assert not nul.success and nul.error.startswith("refused before Z3 ran: a NUL character at offset 25")
     named = runner.solve("(declare-const x Int)(assert (> x memout))(check-sat)")
