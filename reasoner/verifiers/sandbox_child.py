@@ -45,6 +45,7 @@ _DENY = {  # name: (x86_64, aarch64)
     "userfaultfd": (323, 282), "perf_event_open": (298, 241), "process_vm_readv": (310, 270),
     "process_vm_writev": (311, 271), "io_uring_setup": (425, 425), "kexec_load": (246, 104),
     "init_module": (175, 105), "finit_module": (313, 273), "open_by_handle_at": (304, 265),
+    "mknod": (133, -1), "mknodat": (259, 33),  # os.mkfifo / os.mknod create files no audit event reports
 }
 _CLONE = (56, 220)
 _CLONE3 = (435, 435)
@@ -222,6 +223,10 @@ def _make_hook(root, block_sockets, process_events=_PROCESS_EVENTS, path_events=
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (flags & write_flags)
             if writing and path is not None and not inside(path):
                 raise PermissionError(f"sandbox: writing outside the working directory ({path!r})")
+        elif event == "sqlite3.connect":  # creates its database file without an `open` event
+            database = args[0] if args else None
+            if database not in (None, "", ":memory:", b"", b":memory:") and not inside(database):
+                raise PermissionError(f"sandbox: sqlite3 database outside the working directory ({database!r})")
         elif event in path_events:
             for arg in args[:2]:
                 if isinstance(arg, (str, bytes)) and not inside(arg):

@@ -255,6 +255,16 @@ def test_weak_mode_is_never_root_and_keeps_its_layers(listening_port):
     connect = (f"import socket\ndef transform(x):\n    socket.create_connection(('127.0.0.1', {port}))\n")
     assert _run_payload(connect, LIMITS, mode="weak", audit_hook=False).limit == "permission" and accepted == []
     assert _run_payload(PAYLOADS["fork_exec"][0], LIMITS, mode="weak").limit == "permission"
+    # files created without an `open` event: a sqlite database (the hook checks its path) and a FIFO (seccomp)
+    target = f"/tmp/sandbox_escape_{os.getpid()}"
+    sqlite = f"import sqlite3\ndef transform(x):\n    sqlite3.connect('{target}.db').execute('create table t (a)')\n"
+    fifo = f"import os\ndef transform(x):\n    os.mkfifo('{target}.fifo')\n"
+    assert _run_payload(sqlite, LIMITS, mode="weak").limit == "audit_hook"
+    assert _run_payload(fifo, LIMITS, mode="weak").limit == "permission"
+    assert not os.path.exists(target + ".db") and not os.path.exists(target + ".fifo")
+    memory_db = ("import sqlite3\ndef transform(x):\n"
+                 "    return sqlite3.connect(':memory:').execute('select 1').fetchone()[0]\n")
+    assert run_transform_tests(memory_db, [(0, 1)], mode="weak", limits=LIMITS).passed_all
 
 
 @STRICT
