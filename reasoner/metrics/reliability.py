@@ -27,11 +27,18 @@ def _as_counts(correct=None, *, num_samples=None, num_correct=None):
             raise ValueError(f"correct has shape {correct.shape}: expected [problems, attempts] with attempts >= 1")
         if not np.all((correct == 0) | (correct == 1)):
             raise ValueError("correct: expected booleans or 0/1 entries")
+        if correct.shape[0] == 0:
+            raise ValueError("correct has no problems: expected at least one row (a mean over none is NaN)")
         return np.full(correct.shape[0], correct.shape[1], np.int64), correct.sum(axis=1).astype(np.int64)
     if num_samples is None or num_correct is None:
         raise ValueError("expected correct, or both num_samples and num_correct")
-    n = np.atleast_1d(np.asarray(num_samples, np.int64))
-    c = np.atleast_1d(np.asarray(num_correct, np.int64))
+    raw_n, raw_c = np.atleast_1d(np.asarray(num_samples)), np.atleast_1d(np.asarray(num_correct))
+    for name, raw in (("num_samples", raw_n), ("num_correct", raw_c)):
+        if raw.size == 0:
+            raise ValueError(f"{name} is empty: expected a count per problem (a mean over none is NaN)")
+        if raw.dtype.kind not in "iub" and not np.all(np.mod(raw, 1) == 0):
+            raise ValueError(f"{name}: expected whole counts, got {raw[np.mod(raw, 1) != 0][:3].tolist()}")
+    n, c = raw_n.astype(np.int64), raw_c.astype(np.int64)
     if n.shape != c.shape:
         raise ValueError(f"num_samples {n.shape} and num_correct {c.shape}: expected equal shapes")
     if np.any(n < 1) or np.any(c < 0) or np.any(c > n):
@@ -47,7 +54,10 @@ def _check_k(k: int, n) -> None:
 
 
 def pass_at_k_single(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k of one problem: 1 - C(n-c, k) / C(n, k)."""
+    """Unbiased pass@k of one problem: 1 - C(n-c, k) / C(n, k). Needs 1 <= k <= n and 0 <= c <= n (with k > n
+    the formula has no meaning: it answered 1.0 for a problem never solved)."""
+    if not 1 <= k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k of n={n} attempts, c={c} correct, k={k}: expected 1 <= k <= n and 0 <= c <= n")
     if n - c < k:
         return 1.0
     # C(n-c, k) / C(n, k) = prod_{i = n-c+1}^{n} (1 - k / i)
@@ -55,7 +65,9 @@ def pass_at_k_single(n: int, c: int, k: int) -> float:
 
 
 def pass_hat_k_single(n: int, c: int, k: int) -> float:
-    """Unbiased pass^k of one problem: C(c, k) / C(n, k) = prod_{i < k} (c - i) / (n - i)."""
+    """Unbiased pass^k of one problem: C(c, k) / C(n, k) = prod_{i < k} (c - i) / (n - i) (1 <= k <= n)."""
+    if not 1 <= k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass^k of n={n} attempts, c={c} correct, k={k}: expected 1 <= k <= n and 0 <= c <= n")
     if c < k:
         return 0.0
     i = np.arange(k, dtype=np.float64)

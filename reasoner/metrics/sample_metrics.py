@@ -72,7 +72,7 @@ def g_pass_single(n: int, c: int, k: int, alpha: float) -> float:
         raise ValueError(f"alpha={alpha}: expected 0 < alpha <= 1")
     if not 1 <= k <= n:
         raise ValueError(f"k={k}: expected 1 <= k <= attempts ({n})")
-    need = math.ceil(alpha * k - 1e-9)  # alpha * k may be an integer up to rounding (0.75 * 4)
+    need = max(1, math.ceil(alpha * k - 1e-9))  # alpha * k may be an integer up to rounding (0.75 * 4); >= 1 success
     total = math.comb(n, k)
     return sum(math.comb(c, j) * math.comb(n - c, k - j) for j in range(need, min(c, k) + 1)) / total
 

@@ -55,3 +55,23 @@ def test_bad_arguments_are_named():
         maj_at_k_single(["A"] * 4, "A", 5)
     with pytest.raises(ValueError, match="alpha=0: expected"):
         g_pass_single(4, 1, 2, 0)
+    # k beyond the attempts: the formulas have no meaning (pass@3 of 2 attempts never solved answered 1.0)
+    with pytest.raises(ValueError, match=r"n=2 attempts, c=0 correct, k=3: expected 1 <= k <= n"):
+        pass_at_k_single(2, 0, 3)
+    with pytest.raises(ValueError, match=r"k=3: expected 1 <= k <= n"):
+        auc_at_k([2], [0], k=3)
+    with pytest.raises(ValueError, match=r"k=0"):
+        pass_hat_k_single(4, 1, 0)
+    assert g_pass_single(4, 0, 2, 1e-12) == 0.0  # a tiny alpha still needs one success
+
+
+def test_empty_or_fractional_counts_are_refused():
+    from reasoner.metrics.reliability import avg_at_n, pass_at_k
+
+    with pytest.raises(ValueError, match="num_samples is empty"):
+        avg_at_n(num_samples=[], num_correct=[])
+    with pytest.raises(ValueError, match="correct has no problems"):
+        pass_at_k(np.zeros((0, 4), bool), k=1)
+    with pytest.raises(ValueError, match=r"num_correct: expected whole counts, got \[4.9\]"):
+        pass_at_k(num_samples=[8], num_correct=[4.9], k=2)
+    assert avg_at_n(num_samples=[4.0], num_correct=[2.0]) == 0.5  # whole floats are counts
