@@ -176,6 +176,9 @@ def resident_bytes(pid: int) -> int:
         return 0
 
 
+Z3_MEMOUT_EXIT = 101  # the status Z3 exits with when it runs out of memory
+
+
 class _Worker:
     """One worker process and its pipes; used by exactly one pool thread."""
 
@@ -456,9 +459,11 @@ class VerifierPool:
             outcome, error = "memory", f"{target}: exceeded the {memory_mb} MB memory cap"
         elif reply == "crash":
             code = worker.proc.wait(timeout=5.0) if worker.proc.poll() is None else worker.proc.returncode
-            # A SIGKILL nobody in the pool sent is the kernel's OOM killer (137: through the jail's reaper).
-            outcome = "memory" if code in (-signal.SIGKILL, 128 + signal.SIGKILL) else "crash"
-            error = f"{target}: worker died with exit status {code}"
+            # A SIGKILL nobody in the pool sent is the kernel's OOM killer (137: through the jail's reaper); 101 is
+            # Z3's own exit when its memory_max_size is exceeded (ERR_MEMOUT)
+            outcome = "memory" if code in (-signal.SIGKILL, 128 + signal.SIGKILL, Z3_MEMOUT_EXIT) else "crash"
+            error = f"{target}: worker died with exit status {code}" + (
+                " (Z3 ran out of memory)" if code == Z3_MEMOUT_EXIT else "")
         elif reply.get("ok"):
             outcome, error = "ok", None
         else:

@@ -53,6 +53,8 @@ def test_worker_never_imports_jax():
     ("ignore_sigterm_and_sleep", (30,), "timeout"),
     ("allocate", (600,), "memory"),
     ("segfault", (), "crash"),
+    ("exit_with", (101,), "memory"),  # Z3's exit status when it exceeds memory_max_size
+    ("exit_with", (3,), "crash"),
     ("fork_sleeper", (30,), "timeout"),
 ])
 def test_hostile_tasks_fail_alone_within_deadline_and_leave_no_process(pool, task, args, outcome):
