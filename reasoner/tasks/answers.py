@@ -26,7 +26,7 @@ from fractions import Fraction
 
 KINDS = ("number", "choice", "boolean", "text")
 _ANSWER_IS = re.compile(r"answer is[:\s]*", re.IGNORECASE)
-_NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?(?:[eE][+-]?\d+)?(?:/\d+)?|-?\.\d+")
 
 
 def _after_answer_is(text: str) -> str | None:
@@ -35,7 +35,15 @@ def _after_answer_is(text: str) -> str | None:
 
 
 def to_number(text: str) -> float | None:
-    """'$1,234.50' -> 1234.5; None when no digit is left."""
+    """'$1,234.50' -> 1234.5, '3/4' -> 0.75, '1e5' -> 100000, '−7' (a Unicode minus) -> -7; None when no digit
+    is left."""
+    text = text.replace("\u2212", "-")
+    plain = re.sub(r"[\s$,]", "", text).rstrip(".")
+    fraction = re.fullmatch(r"(-?\d+)/(\d+)", plain)
+    if fraction and int(fraction.group(2)):
+        return int(fraction.group(1)) / int(fraction.group(2))
+    if re.fullmatch(r"-?\d+(?:\.\d+)?[eE][+-]?\d+", plain):
+        return float(plain)
     cleaned = re.sub(r"[^\d.\-]", "", text)
     cleaned = cleaned.rstrip(".")
     if not re.search(r"\d", cleaned):
@@ -64,6 +72,7 @@ def extract_answer(kind: str, text: str) -> str | None:
     """The answer string the text commits to, in the kind's canonical form, or None."""
     if kind not in KINDS:
         raise ValueError(f"answer kind {kind!r}: expected one of {KINDS}")
+    text = text.replace("\u2212", "-")  # a Unicode minus sign is a minus sign
     tail = _after_answer_is(text)
     if kind == "number":
         for source in (tail, last_boxed(text), text):

@@ -78,6 +78,9 @@ def test_word_and_dollar_answers_of_math500_score_only_when_right(shared_data):
 def test_extraction_edge_cases():
     assert extract_answer("number", "I have $1,234.50 left. The answer is $1,234.50.") == "1234.5"
     assert extract_answer("number", "3 + 4 = 7 so 7") == "7"  # no phrase: the last number
+    # a fraction, scientific notation and a Unicode minus are read whole (3/4 read as 3, 1e5 as 1, -7 as 7)
+    assert [extract_answer("number", f"The answer is {x}.") for x in ("3/4", "1e5", "\u22127")] == ["0.75", "100000",
+                                                                                                     "-7"]
     assert extract_answer("choice", "B) False is right") == "B"
     # after "the answer is", the letter whatever follows it; without it, the last option-shaped letter, never the
     # article "A"
