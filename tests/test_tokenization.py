@@ -57,19 +57,6 @@ def test_chat_ids_are_smollm2s_ids(tok):
     assert tokenization.chat_ids(tok, MESSAGES) == CHAT_IDS
 
 
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level BPE alphabet: printable bytes map to themselves, the other 68 to chr(256 + i) in order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), 256)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
-
-
 @pytest.mark.slow
 def test_chat_ids_decode_through_the_gguf_vocabulary(gguf_path):
     """CHAT_IDS against a source that shares no code with transformers' tokenizers: the token strings stored in the
@@ -79,7 +66,7 @@ def test_chat_ids_decode_through_the_gguf_vocabulary(gguf_path):
     field = gguf.GGUFReader(str(gguf_path)).fields["tokenizer.ggml.tokens"]
     vocab = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
     assert (vocab[1], vocab[2]) == ("<|im_start|>", "<|im_end|>")
-    decoder = _byte_decoder()
+    decoder = tokenization._BYTE_LEVEL  # bytes <-> GPT-2's byte-level alphabet (checked below on SmolLM2)
     pieces = [vocab[i].encode() if vocab[i].startswith("<|") else bytes(decoder[c] for c in vocab[i])
               for i in CHAT_IDS]
     assert b"".join(pieces).decode("utf-8") == RENDERED

@@ -240,6 +240,19 @@ _FILE_OPTION_NAMES = FILE_OPTIONS | {name.split(".", 1)[1] for name in FILE_OPTI
 FILE_COMMANDS = frozenset({"include"})
 
 
+def _code_tokens(smt_code: str):
+    """(kind, text) of the script's tokens but whitespace and comments, left to right, up to the end or to text
+    Z3 would read as inside an unterminated string or quoted symbol. Never raises."""
+    pos = 0
+    while pos < len(smt_code):
+        match = _TOKEN.match(smt_code, pos)
+        if match is None:
+            return
+        pos = match.end()
+        if match.lastgroup not in ("ws", "comment"):
+            yield match.lastgroup, match.group()
+
+
 def file_access(smt_code: str) -> list[str]:
     """The options (as written, e.g. ":regular-output-channel") and commands ("include") of a script
     that would make Z3 touch a file, in order of first appearance; [] for a script that touches none.
@@ -253,15 +266,8 @@ def file_access(smt_code: str) -> list[str]:
     scanned. Never raises.
     """
     found: list[str] = []
-    pos, depth, after_open = 0, 0, False
-    while pos < len(smt_code):
-        match = _TOKEN.match(smt_code, pos)
-        if match is None:
-            break
-        kind, text = match.lastgroup, match.group()
-        pos = match.end()
-        if kind in ("ws", "comment"):
-            continue
+    depth, after_open = 0, False
+    for kind, text in _code_tokens(smt_code):
         if kind == "keyword" and text[1:].lower().replace("-", "_") in _FILE_OPTION_NAMES:
             found.append(text)
         elif kind in ("symbol", "quoted") and after_open and depth == 1 and text.strip("|") in FILE_COMMANDS:
@@ -280,15 +286,8 @@ def echoed_verdicts(smt_code: str) -> list[str]:
     prints it as if a check-sat had answered, so an echoed "unsat" before an error forged solver evidence. Same
     linear scan as `file_access`; never raises."""
     found: list[str] = []
-    pos, after_echo, after_open = 0, False, False
-    while pos < len(smt_code):
-        match = _TOKEN.match(smt_code, pos)
-        if match is None:
-            break
-        kind, text = match.lastgroup, match.group()
-        pos = match.end()
-        if kind in ("ws", "comment"):
-            continue
+    after_echo, after_open = False, False
+    for kind, text in _code_tokens(smt_code):
         if after_echo and kind == "string":
             lines = text[1:-1].replace('""', '"').splitlines()
             if any(line.strip().lower() in ("sat", "unsat", "unknown") for line in lines):
