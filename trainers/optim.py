@@ -78,7 +78,8 @@ def make_optimizer(optim, *, total_steps: int) -> tuple[optax.GradientTransforma
     schedule = make_schedule(optim, total_steps=total_steps)
     # adam and sgd take weight_decay as torch.optim.Adam / SGD do: an L2 term wd * param added to the (clipped)
     # gradient before the moments; adamw decays the weights apart from them (decoupled, torch.optim.AdamW)
-    l2 = [optax.add_decayed_weights(optim.weight_decay)] if optim.weight_decay and optim.name != "adamw" else []
+    decay = float(optim.get("weight_decay", 0.0))
+    l2 = [optax.add_decayed_weights(decay)] if decay and optim.name != "adamw" else []
     if optim.name == "adamw":
         core = optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=optim.weight_decay)
     elif optim.name == "adam":
