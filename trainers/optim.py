@@ -79,14 +79,13 @@ def make_optimizer(optim, *, total_steps: int) -> tuple[optax.GradientTransforma
     # adam and sgd take weight_decay as torch.optim.Adam / SGD do: an L2 term wd * param added to the (clipped)
     # gradient before the moments; adamw decays the weights apart from them (decoupled, torch.optim.AdamW)
     decay = float(optim.get("weight_decay", 0.0))
-    l2 = [optax.add_decayed_weights(decay)] if decay and optim.name != "adamw" else []
     if optim.name == "adamw":
         core = optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=optim.weight_decay)
     elif optim.name == "adam":
         core = optax.adam(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps)
     else:
         core = optax.sgd(schedule)  # plain SGD: no momentum (b1 is Adam's)
-    if l2:  # only then: without it the state keeps the structure earlier checkpoints hold
-        core = optax.chain(*l2, core)
+    if decay and optim.name != "adamw":  # only then: without it the state keeps the structure checkpoints hold
+        core = optax.chain(optax.add_decayed_weights(decay), core)
     parts = [optax.clip_by_global_norm(optim.max_grad_norm)] if optim.max_grad_norm else []
     return optax.chain(*parts, core), schedule

@@ -51,6 +51,10 @@ class Job:
     def cancel(self) -> None:
         self._cancelled.set()
 
+    def drop(self) -> None:
+        """Finishes a cancelled job (the worker's side of `cancel`): its waiter, if any, gets `Cancelled`."""
+        self.finish(error=Cancelled("the client went away"))
+
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
@@ -174,7 +178,7 @@ class Batcher(JobQueue):
         groups: dict = {}
         for job in jobs:
             if job.cancelled:  # its client went away while it queued
-                job.finish(error=Cancelled("the client went away"))
+                job.drop()
                 continue
             try:
                 key = self.backend.batch_key(job.request)

@@ -35,7 +35,7 @@ import time
 from typing import Callable
 
 from reasoner.serve.backend import GenRequest
-from reasoner.serve.batcher import Cancelled, Job, JobQueue
+from reasoner.serve.batcher import Job, JobQueue
 
 log = logging.getLogger("reasoner.serve")
 STATS_EVERY_S = 10.0
@@ -116,11 +116,11 @@ class EngineLoop(JobQueue):
                 self.engine.cancel(rid)
                 del self._live[rid]
                 log.info("request dropped after %.2f s: its client went away", time.monotonic() - began)
-                job.finish(error=Cancelled("the client went away"))
+                job.drop()
 
     def _start(self, job: Job) -> None:
         if job.cancelled:
-            job.finish(error=Cancelled("the client went away"))
+            job.drop()
             return
         r = job.request
         params = r.params if r.seeded else r.params.replace(seed=secrets.randbelow(2**32))

@@ -106,19 +106,20 @@ def refused_result(smt_code: str) -> Z3Result | None:
 
     forged = echoed_verdicts(smt_code)
     if forged:
-        return Z3Result(success=False, output="", sat_result=None, model=None, elapsed_s=0.0,
-                        error=f"refused before Z3 ran: {forged[0]} would print a verdict no check-sat gave; "
-                              "scripts may not echo sat, unsat or unknown")
+        return _refused(f"{forged[0]} would print a verdict no check-sat gave; scripts may not echo sat, unsat or "
+                        "unknown")
     if "\x00" in smt_code:
-        return Z3Result(success=False, output="", sat_result=None, model=None, elapsed_s=0.0,
-                        error=f"refused before Z3 ran: a NUL character at offset {smt_code.index(chr(0))} would end "
-                              "the script for Z3; expected text without NUL")
+        return _refused(f"a NUL character at offset {smt_code.index(chr(0))} would end the script for Z3; expected "
+                        "text without NUL")
     names = file_access(smt_code)
     if not names:
         return None
+    return _refused(f"{', '.join(names)} would make Z3 read or write a file; scripts may not touch files")
+
+
+def _refused(reason: str) -> Z3Result:
     return Z3Result(success=False, output="", sat_result=None, model=None, elapsed_s=0.0,
-                    error=f"refused before Z3 ran: {', '.join(names)} would make Z3 read or write a file; "
-                          f"scripts may not touch files")
+                    error=f"refused before Z3 ran: {reason}")
 
 
 def is_memout(output: str, reason_unknown: str | None) -> bool:
