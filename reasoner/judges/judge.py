@@ -90,14 +90,14 @@ class JudgeCounters:
 
 
 def ask_judge(judge: Judge, prompts: Sequence[Messages], parse, *, failed, counters: JudgeCounters | None = None):
-    """Asks `judge` for every prompt; each reply goes through `parse(text) -> (result, valid, reason)`, a failed call
-    (None reply) gives `failed`. Returns the results in prompt order and counts every request in `counters`."""
+    """Asks `judge` for every prompt; each reply goes through `parse(text, messages) -> (result, valid, reason)`
+    (messages: the prompt it answers), a failed call (None reply) gives `failed`. Returns the results in prompt order and counts every request in `counters`."""
     replies = judge.reply(list(prompts))
     if len(replies) != len(prompts):
         raise ValueError(f"judge {judge.judge_id!r} returned {len(replies)} replies for {len(prompts)} prompts")
     out = []
-    for text in replies:
-        result, valid, reason = (failed, False, "judge call failed") if text is None else parse(text)
+    for messages, text in zip(prompts, replies):
+        result, valid, reason = (failed, False, "judge call failed") if text is None else parse(text, messages)
         if counters is not None:
             counters.requests += 1
             if text is None:
@@ -115,8 +115,9 @@ def ask_judge(judge: Judge, prompts: Sequence[Messages], parse, *, failed, count
 def score_traces(judge: Judge, kind: str, prompts: Sequence[Messages],
                  counters: JudgeCounters | None = None) -> list[Judgement]:
     """One `Judgement` per prompt; a failed call or an invalid reply scores 0 and is counted."""
-    def parse(text):
-        judgement = parse_judgement(kind, text)
+    def parse(text, messages):
+        prompt = "\n".join(m["content"] for m in messages if isinstance(m.get("content"), str))
+        judgement = parse_judgement(kind, text, prompt)
         return judgement, judgement.valid, judgement.reason
 
     return ask_judge(judge, prompts, parse, failed=Judgement(0.0, False, "judge call failed"), counters=counters)

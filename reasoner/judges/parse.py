@@ -4,17 +4,22 @@ The rubric prompts (App. D.4) ask the judge to think freely and end with one JSO
   1. one pass over the reply's braces, quotes and backslashes (a single-character regex class: no
      backtracking) records every balanced `{...}` span, strings honoured; the outermost spans are disjoint,
      so parsing all of them costs O(len(reply));
-  2. spans are tried from the last to the first (the rubric puts the verdict at the very end); code fences and
-     prose around the object need no special case, trailing commas before `}` / `]` are dropped;
-  3. the first span that parses to an object holding the rubric's key decides.
+  2. the outermost span that holds the LAST occurrence of the rubric's quoted key decides (the rubric puts the
+     verdict at the very end); code fences and prose around the object need no special case, trailing commas
+     before `}` / `]` are dropped;
+  3. when that span does not parse to an object with the key at its top level, the reply is invalid: an earlier
+     object is never taken instead. Earlier objects are the rubric's format example the judge repeated, or JSON
+     it quoted from the trace, so falling back to one would let a truncated or malformed verdict score as the
+     example does (1.0 for coverage).
 A truncated object (an unclosed `{`) is not repaired: a cut-off coverage list would score the details the judge
-happened to reach, so it is invalid. Invalid or missing judgements score 0 with `valid=False` (Eqs. 6-7: "invalid
-or unparseable judge outputs receive zero") and the reason names what was wrong.
+happened to reach, so it is invalid. With `prompt` given, a verdict equal to an object of the prompt (the
+rubric's example, or one the policy planted in its trace for the judge to echo) is invalid too. Invalid or missing
+judgements score 0 with `valid=False` (Eqs. 6-7: "invalid or unparseable judge outputs receive zero") and the
+reason names what was wrong.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import json
 import math
@@ -90,44 +95,54 @@ def _strip_trailing_commas(span: str) -> str:
     return "".join(out)
 
 
+def _parse_object(span: str, key: str) -> dict | None:
+    """`span` as a JSON object holding `key` at its top level (trailing commas forgiven), else None."""
+    for candidate in (span, _strip_trailing_commas(span)):
+        try:
+            value = json.loads(candidate)
+        except (ValueError, RecursionError):
+            continue
+        return value if isinstance(value, dict) and key in value else None
+    return None
+
+
 def _find_object(text: str, key: str) -> dict | None:
-    """The last outermost object holding `key`; only spans that contain the quoted key are parsed."""
-    quoted = f'"{key}"'
-    hits = []
-    at = text.find(quoted)
-    while at >= 0:
-        hits.append(at)
-        at = text.find(quoted, at + 1)
-    if not hits:
+    """The outermost object holding the last occurrence of the quoted `key`, or None (module docstring)."""
+    last = text.rfind(f'"{key}"')
+    if last < 0:
         return None
     for start, end in object_spans(text):
-        k = bisect.bisect_left(hits, start)
-        if k == len(hits) or hits[k] >= end:
-            continue
-        span = text[start:end]
-        for candidate in (span, _strip_trailing_commas(span)):
-            try:
-                value = json.loads(candidate)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(value, dict) and key in value:
-                return value
-            break
+        if start <= last < end:
+            return _parse_object(text[start:end], key)
+        if end <= last:
+            break  # spans come last first: none further holds the key's last occurrence
     # A stray `{` and an odd quote in the prose before the verdict put the scan above inside a "string"; the
-    # verdict usually opens at one of the last few braces before the key: decode from each (O(len) apiece).
+    # verdict usually opens at one of the last few braces before the key: decode from each (O(len) apiece), and
+    # only an object that reaches past the key's last occurrence counts.
     decoder = json.JSONDecoder()
-    brace = hits[-1]
+    brace = last
     for _ in range(_FALLBACK_BRACES):
         brace = text.rfind("{", 0, brace)
         if brace < 0:
             break
         try:
-            value, _end = decoder.raw_decode(text, brace)
+            value, end = decoder.raw_decode(text, brace)
         except (ValueError, RecursionError):
             continue
-        if isinstance(value, dict) and key in value:
-            return value
+        if end > last:
+            return value if isinstance(value, dict) and key in value else None
     return None
+
+
+def _objects_in(text: str, key: str) -> set[str]:
+    """Canonical JSON of every outermost object of `text` holding `key` (a prompt's example verdicts)."""
+    out = set()
+    for start, end in object_spans(text):
+        if f'"{key}"' in text[start:end]:
+            value = _parse_object(text[start:end], key)
+            if value is not None:
+                out.add(json.dumps(value, sort_keys=True))
+    return out
 
 
 def _coverage(obj: dict) -> Judgement:
@@ -160,9 +175,10 @@ def _directionality(obj: dict) -> Judgement:
     return Judgement(snapped, True)
 
 
-def parse_judgement(kind: str, text) -> Judgement:
+def parse_judgement(kind: str, text, prompt: str | None = None) -> Judgement:
     """Judgement of a `kind` ("coverage" or "directionality") judge reply; never raises (an unknown kind is a
-    caller bug and does raise ValueError)."""
+    caller bug and does raise ValueError). `prompt`: the text the judge was given (its messages' contents joined);
+    a verdict equal to an object in it is invalid (the judge echoed the rubric's example or a planted one)."""
     if kind not in KINDS:
         raise ValueError(f"judge kind {kind!r}: expected one of {KINDS}")
     if not isinstance(text, str):
@@ -172,7 +188,10 @@ def parse_judgement(kind: str, text) -> Judgement:
     try:
         obj = _find_object(text, _KEY[kind])
         if obj is None:
-            return _invalid(f"no JSON object with {_KEY[kind]!r} in the reply ({len(text)} chars)")
+            return _invalid(f"no complete JSON object holding the last {_KEY[kind]!r} of the reply "
+                            f"({len(text)} chars)")
+        if prompt and json.dumps(obj, sort_keys=True) in _objects_in(prompt, _KEY[kind]):
+            return _invalid("the verdict repeats an object of the prompt (the rubric's example or one in the trace)")
         return _coverage(obj) if kind == "coverage" else _directionality(obj)
     except Exception as err:  # noqa: BLE001 - a judge reply must never stop a GRPO step
         return _invalid(f"unreadable reply: {type(err).__name__}: {err}")

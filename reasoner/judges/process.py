@@ -70,7 +70,7 @@ def parse_count(text) -> tuple[int | None, str]:
 def count_traces(judge: Judge, metric: str, prompts: Sequence[Messages],
                  counters: JudgeCounters | None = None) -> list[int | None]:
     """One count (None when the call failed or the reply was malformed) per prompt of `metric`."""
-    def parse(text):
+    def parse(text, _messages):
         count, why = parse_count(text)
         return count, count is not None, why
 
