@@ -49,6 +49,10 @@ TRAINER = "dqn"
 
 
 class Environment(Protocol):
+    """A batched environment. After `step`, an optional `executed` array ([n] ints) names the action each row
+    actually ran where the environment overrode the chosen one (RL-of-Thoughts runs Reason for a first Refine);
+    the replay buffer and the action statistics record it, as the authors' loop does."""
+
     num_actions: int
 
     def reset(self, rng, n: int) -> np.ndarray: ...
@@ -309,6 +313,7 @@ class EpisodeSource:
             state, action = act(graphdef, state, jnp.asarray(obs))
             action = np.asarray(action)
             nxt, reward, new_done = self.env.step(action)
+            action = np.asarray(getattr(self.env, "executed", action)).reshape(action.shape).astype(action.dtype)
             nxt = _check_obs(nxt, self.n, "step")
             reward, new_done = np.asarray(reward, np.float32), np.asarray(new_done, bool)
             if reward.shape != (self.n,) or not np.isfinite(reward).all():

@@ -21,6 +21,7 @@ so a reward is never noise; choose `fallback` in the environment if you want the
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -36,12 +37,21 @@ def _after_answer_is(text: str) -> str | None:
 
 def to_number(text: str) -> float | None:
     """'$1,234.50' -> 1234.5, '3/4' -> 0.75, '1e5' -> 100000, '−7' (a Unicode minus) -> -7; None when no digit
-    is left."""
+    is left, for a zero denominator, and for a value past a float (1e999, a 400-digit integer): never raises."""
+    try:
+        value = _to_number(text)
+    except (OverflowError, ValueError):  # int / int past a float, or past Python's 4,300-digit int limit
+        return None
+    return value if value is None or math.isfinite(value) else None
+
+
+def _to_number(text: str) -> float | None:
     text = text.replace("\u2212", "-")
     plain = re.sub(r"[\s$,]", "", text).rstrip(".")
     fraction = re.fullmatch(r"(-?\d+)/(\d+)", plain)
-    if fraction and int(fraction.group(2)):
-        return int(fraction.group(1)) / int(fraction.group(2))
+    if fraction:
+        denominator = int(fraction.group(2))
+        return int(fraction.group(1)) / denominator if denominator else None
     if re.fullmatch(r"-?\d+(?:\.\d+)?[eE][+-]?\d+", plain):
         return float(plain)
     cleaned = re.sub(r"[^\d.\-]", "", text)
@@ -216,8 +226,11 @@ def _as_number(s: str) -> float | None:
         return float(s)
     except ValueError:
         m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(\d+)\}", s)
-        if m and int(m.group(3)):
-            return (-1 if m.group(1) else 1) * int(m.group(2)) / int(m.group(3))
+        try:
+            if m and int(m.group(3)):
+                return (-1 if m.group(1) else 1) * int(m.group(2)) / int(m.group(3))
+        except (OverflowError, ValueError):  # a quotient past a float, digits past Python's int limit
+            pass
         return None
 
 

@@ -132,3 +132,30 @@ def test_depth_limit_forces_the_answer():
     env, trace = _run(RuleLM(), PROBLEMS[:4], script, max_depth=2)
     for e in env.episodes:
         assert e.done and e.blocks[-1] == TERMINATE and e.depth <= 2 and e.answer_text is not None
+
+
+def test_a_first_refine_is_stored_as_the_reason_it_ran():
+    # the authors' loop (`if start_flag and action == 3: action = 0`) stores Reason, so Q(root, Refine) is never
+    # trained on Reason's returns
+    from configs.rlot import get_config
+    from trainers import dqn
+
+    class Recording(ThoughtEnv):
+        def step(self, actions):
+            self.chosen.append(np.asarray(actions).copy())
+            return super().step(actions)
+
+    env = Recording(RuleLM(), PROBLEMS[:8], max_depth=2, max_width=3)
+    env.chosen = []
+    cfg = get_config("tiny").dqn
+    cfg.update(dict(buffer_size=64, batch_size=8, episodes_per_batch=8, num_episodes=8, epsilon_floor=1.0,
+                    epsilon_start=1.0))  # uniform random actions
+    graphdef, state = dqn.init_state(cfg, obs_dim=7, num_actions=5)
+    state, stats = dqn.EpisodeSource(env, n=8, max_steps=20, total_steps=1).run_batch(
+        graphdef, state, dqn.Hyper.from_config(cfg))
+    refine_first = env.chosen[0] == REFINE
+    assert refine_first.any()  # this seed draws Refine first in some row
+    firsts = np.asarray([e.blocks[0] for e in env.episodes])
+    assert (firsts[refine_first] == REASON).all()
+    assert [a[0] for a in stats.actions] == firsts.tolist()  # the statistics count what ran
+    assert np.asarray(state.buf_action_C)[:8].tolist() == firsts.tolist()  # step 0's 8 transitions, row order

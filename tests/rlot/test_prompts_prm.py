@@ -33,6 +33,7 @@ def test_block_reply_parsers():
     assert P.parse_best_plan("The most promising plan is Plan3: x", 3) == 2
     assert P.parse_best_plan("Plan 2 seems best", 3) == 0  # format not followed: plan 1
     assert P.parse_best_plan("The most promising plan is Plan9: x", 3) == 0
+    assert P.parse_best_plan("The most promising plan is Plan" + "1" * 5000, 3) == 0  # raised past 4,300 digits
     assert P.says_finished("Yes, it was given.") and not P.says_finished("No.")
     prefix = P.thought_prefix("Q?", ["first", "second"])
     assert prefix.startswith("Here is a problem and several reasoning steps.") and "Step 2: second" in prefix
@@ -43,6 +44,11 @@ def test_arithmetic_verifier():
     assert arithmetic_check("q", ["So 3 + 4 = 8."]) == 0.0
     assert arithmetic_check("q", ["2 + 2 = 4 and 10 / 4 = 2.5 and 3 x 3 = 10"]) == pytest.approx(2 / 3)
     assert arithmetic_check("q", ["Let x = 5 be the count."]) == 0.5  # nothing computed: unsure
+    assert arithmetic_check("q", ["2 + 3 = 5 + 1 = 7"]) == 0.5  # each "=" checks the run right before it
+    # degenerate model output: a run of digits took exponential time (24 digits ~5 s, doubling per digit), a
+    # number past a float or a 3000-term sum raised; now linear and unsure
+    for step in ["Pi is " + "3" * 5000 + "!", "1" + "0" * 400 + " + 1 = 5", "+".join(["1"] * 3000) + " = 3000"]:
+        assert arithmetic_check("q", [step]) == 0.5
     prm = VerifierPRM(arithmetic_check)
     np.testing.assert_array_equal(prm.score(["a", "b"], [["1 + 1 = 2"], ["1 + 1 = 3"]]), [1.0, 0.0])
     assert prm.calls == 1

@@ -75,6 +75,19 @@ def test_word_and_dollar_answers_of_math500_score_only_when_right(shared_data):
     assert [score(dollars, rf"\boxed{{{p}}}") for p in ("32,348", "32348", r"\$32348", "32,349")] == [1, 1, 1, 0]
 
 
+def test_numbers_past_a_float_or_over_zero_are_no_answer():
+    # each raised (OverflowError / ValueError) out of the RL-of-Thoughts environment and the baselines; "3/0" read 30
+    from reasoner.tasks.answers import to_number
+    from reasoner.tasks.reasoning import Problem
+
+    problem = Problem(id="x", task="gsm8k", question="q", gold="30", kind="number")
+    for text in ["The answer is 1e999", "The answer is " + "9" * 400, "The answer is " + "1" * 400 + "/3",
+                 "The answer is " + "1" * 5000 + "/3", "The answer is 3/0"]:
+        assert extract_answer("number", text) is None and score(problem, text) == 0.0
+    assert to_number("3/4") == 0.75 and to_number("1e5") == 100000 and to_number("1e400") is None
+    assert not is_equiv("\\frac{" + "1" * 400 + "}{3}", "1")
+
+
 def test_extraction_edge_cases():
     assert extract_answer("number", "I have $1,234.50 left. The answer is $1,234.50.") == "1234.5"
     assert extract_answer("number", "3 + 4 = 7 so 7") == "7"  # no phrase: the last number

@@ -121,6 +121,8 @@ class ThoughtEnv:
                 raise ValueError(f"ThoughtEnv.step: action {a} for episode {i}; expected 0..{self.num_actions - 1}")
             chosen[i] = REASON if a == REFINE and not self.episodes[i].steps else a
             self.episodes[i].blocks.append(chosen[i])
+        # what ran (a first Refine runs Reason): the authors' DQN stores this action, not the one it chose
+        self.executed = np.asarray([chosen.get(i, int(actions[i])) for i in range(n)], actions.dtype)
         for block, run in ((REASON, self._reason), (DECOMPOSE, self._decompose), (DEBATE, self._debate),
                            (REFINE, self._refine)):
             rows = [i for i in active if chosen[i] == block]

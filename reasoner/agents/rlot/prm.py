@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import math
 import operator
 import re
 from typing import Callable, Protocol, Sequence
@@ -144,7 +145,21 @@ class VerifierPRM:
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.USub: operator.neg, ast.UAdd: operator.pos}
-_EQUATION = re.compile(r"((?:[\d.,]+|[-+*/x×÷()\s])+?)\s*=\s*\$?\s*(-?[\d,]*\.?\d+)")
+_RESULT = re.compile(r"=\s*\$?\s*(-?[\d,]*\.?\d+)")
+_EXPRESSION_CHARS = frozenset("0123456789.,-+*/x×÷() \t\n")
+MAX_EXPRESSION_CHARS = 200  # longer runs before an "=" are not a step's arithmetic (and would cost ast / float)
+
+
+def _equations(text: str):
+    """(expression, value) for each `expr = value` in `text`: the value after the "=", the expression the run of
+    arithmetic characters right before it. One pass over the text (a nested regex quantifier here backtracked
+    exponentially on a long run of digits without "="); runs over MAX_EXPRESSION_CHARS are skipped."""
+    for m in _RESULT.finditer(text):
+        start = m.start()
+        while start > 0 and text[start - 1] in _EXPRESSION_CHARS and m.start() - start <= MAX_EXPRESSION_CHARS:
+            start -= 1
+        if m.start() - start <= MAX_EXPRESSION_CHARS and text[start:m.start()].strip():
+            yield text[start:m.start()], m.group(1)
 
 
 def _eval_arithmetic(node):
@@ -162,16 +177,17 @@ def arithmetic_check(question: str, steps: Sequence[str]) -> float:
     slack for rounded results); 0.5 when the step states no equation (nothing to verify: unsure)."""
     text = steps[-1] if steps else ""
     verdicts = []
-    for expr, value in _EQUATION.findall(text):
+    for expr, value in _equations(text):
         expr = expr.replace(",", "").replace("×", "*").replace("x", "*").replace("÷", "/").strip()
         if not re.search(r"\d\s*[-+*/]\s*[\d(]", expr):
             continue  # "x = 5" or a bare number: no computation to check
         try:
             got = _eval_arithmetic(ast.parse(expr, mode="eval").body)
-        except (ValueError, SyntaxError, ZeroDivisionError, TypeError):
-            continue
-        want = float(value.replace(",", ""))
-        verdicts.append(abs(got - want) <= 0.05 + 1e-9 * abs(want))
+            want = float(value.replace(",", ""))
+        except (ValueError, SyntaxError, ZeroDivisionError, TypeError, OverflowError, RecursionError, MemoryError):
+            continue  # not arithmetic, or numbers past a float: nothing this check can judge
+        if math.isfinite(got) and math.isfinite(want):
+            verdicts.append(abs(got - want) <= 0.05 + 1e-9 * abs(want))
     return float(np.mean(verdicts)) if verdicts else 0.5
 
 

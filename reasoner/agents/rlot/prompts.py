@@ -55,7 +55,7 @@ CHECK_FINISHED = "Has a final answer to the problem already been given in the re
 
 _SUBTASK = re.compile(r"#+\s*Subtask\s*\d+\s*[:.]\s*(.*?)(?=#+\s*Subtask\s*\d+|\Z)", re.IGNORECASE | re.DOTALL)
 _PLAN = re.compile(r"#+\s*Plan\s*\d+\s*[:.]\s*(.*?)(?=#+\s*Plan\s*\d+|\Z)", re.IGNORECASE | re.DOTALL)
-_BEST_PLAN = re.compile(r"most promising plan is\s*\**\s*Plan\s*\[?\s*(\d+)", re.IGNORECASE)
+_BEST_PLAN = re.compile(r"most promising plan is\s*\**\s*Plan\s*\[?\s*(\d{1,4})(?!\d)", re.IGNORECASE)
 
 
 def thought_prefix(question: str, steps: list[str]) -> str:
