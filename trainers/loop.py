@@ -189,7 +189,9 @@ def run_loop(run: LoopRun, *, source: Source, update: Callable[[TrainState, Any]
     guard = NonFiniteGuard(int(train_cfg.max_nonfinite_steps))
     peak = peak_flops_per_device()
     n_devices = 1 if run.mesh is None else run.mesh.devices.size
-    every = int(train_cfg.checkpoint_every)
+    every = int(train_cfg.checkpoint_every)  # 0: only at evaluations, the end and a preemption
+    if every < 0:
+        raise ValueError(f"train.checkpoint_every={every}: expected >= 0 (0: no periodic checkpoints)")
     total = int(source.total_steps)
     history: list[dict[str, float]] = []
     eval_history: list[dict[str, float]] = []
@@ -232,7 +234,7 @@ def run_loop(run: LoopRun, *, source: Source, update: Callable[[TrainState, Any]
                     if best_metric is not None and math.isfinite(evals[best_metric]):
                         ckpt.save_best(step, state, data_state=source.get_state(), meta={**meta, "step": step},
                                        metrics={best_metric: evals[best_metric]})
-                if evaluated or step % every == 0 or step == total or preemption.requested:
+                if evaluated or (every and step % every == 0) or step == total or preemption.requested:
                     ckpt.save(step, state, data_state=source.get_state(), meta={**meta, "step": step})
                     saved_at = step
                 if preemption.requested:

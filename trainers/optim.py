@@ -80,7 +80,7 @@ def make_optimizer(optim, *, total_steps: int) -> tuple[optax.GradientTransforma
     # gradient before the moments; adamw decays the weights apart from them (decoupled, torch.optim.AdamW)
     decay = float(optim.get("weight_decay", 0.0))
     if optim.name == "adamw":
-        core = optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=optim.weight_decay)
+        core = optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=decay)
     elif optim.name == "adam":
         core = optax.adam(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps)
     else:

@@ -294,6 +294,8 @@ def run(config, *, workdir, progress: bool = True) -> dict:
             write_jsonl(workdir / "data" / "dpo" / "train.jsonl", pairs)
             if pairs:
                 cfg = _trainer_config(config, "dpo", export_dir=workdir / "dpo" / "export")
+                if config.sft.enabled:  # the policy starts from, and its reference is, the SFT model
+                    cfg.model.name = str(workdir / "sft" / "export")
                 res = stage("dpo", lambda: dpo.train(cfg, workdir=workdir / "dpo", progress=progress,
                                                      tokenizer=tokenizer, splits={"train": pairs}))
                 if res.preempted:

@@ -44,6 +44,9 @@ def test_tiny_pipeline_end_to_end(shared_data, tmp_path):
     # the symbolic teacher answers these four train problems correctly with one evidence call each
     assert report["curation_teacher"]["gold"] == 4 and report["curation_teacher"]["rejected"] == 0
     assert report["dpo_pairs"]["pairs"] >= 1
+    # DPO trains the SFT model against itself as reference (it rebuilt the base from config.model before)
+    hparams = json.loads((tmp_path / "dpo" / "hparams.json").read_text())
+    assert hparams["model.name"] == str(tmp_path / "sft" / "export")
     for r in report["reports"]:
         s = r["summary"]
         assert s["k"] == 2 and s["problems"] == 2 and {"pass@2", "pass^2", "avg@2", "vcr", "soundness"} <= set(s)

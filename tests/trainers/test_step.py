@@ -172,6 +172,22 @@ def test_logged_lr_is_the_rate_applied_after_a_skipped_step():
     assert logged == [1.0, 1.0, 0.75, 0.5]  # the skipped step logs the rate it would have applied
 
 
+def test_a_section_without_weight_decay_means_none():
+    # adamw read optim.weight_decay directly (AttributeError) where adam and sgd took a missing key as 0
+    import ml_collections
+
+    from trainers.optim import make_optimizer
+
+    params, grad = {"w": jnp.arange(4.0)}, {"w": jnp.ones(4)}
+    for name in ("adamw", "adam", "sgd"):
+        base = dict(name=name, lr=0.1, b1=0.9, b2=0.999, eps=1e-8, max_grad_norm=0.0, schedule="constant")
+        outs = []
+        for optim in (base, {**base, "weight_decay": 0.0}):
+            tx, _ = make_optimizer(ml_collections.ConfigDict(optim), total_steps=3)
+            outs.append(np.asarray(tx.update(grad, tx.init(params), params)[0]["w"]))
+        np.testing.assert_array_equal(outs[0], outs[1])
+
+
 @pytest.mark.parametrize("name", ["adam", "sgd", "adamw"])
 def test_weight_decay_as_torch_optimizers(name):
     """weight_decay is an L2 gradient term for adam and sgd (torch.optim.Adam / SGD) and decoupled for adamw
