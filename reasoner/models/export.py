@@ -61,10 +61,18 @@ def _lora_of(model, kernel_path: tuple):
 
 def hf_tensors(model, *, dtype: str = "float32") -> dict[str, np.ndarray]:
     """{hf_name: numpy array in HF layout} for every weight of `model`; unmerged LoRA updates are added."""
+    from reasoner.models.quant import QuantizedKernel
+
     flat = {path: var for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param))}
     out = {}
     for path, spec in weight_map(model.cfg).items():
-        value = _host(flat[path][...])
+        if path in flat:
+            value = _host(flat[path][...])
+        else:  # a QLoRA base's projection without an adapter stays quantized after merge_lora: export it dequantized
+            kernel = getattr(_module_at(model, path[:-1]), path[-1], None)
+            if not isinstance(kernel, QuantizedKernel):
+                raise KeyError(f"export: the model has no weight at {'.'.join(map(str, path))} ({spec.hf_name})")
+            value = _host(kernel.dequantize_param()[...])
         lora = _lora_of(model, path)
         if lora is not None and not lora.merged:
             value = (value.astype(np.float32) + _host(lora.delta_kernel())).astype(value.dtype)
@@ -151,6 +159,21 @@ def export_peft_adapter(model, out_dir: str, *, base_model_name_or_path: str | N
     return out_dir
 
 
+def _remove_stale_weights(out_dir: str) -> None:
+    """Removes what an earlier export or `save_pretrained` into `out_dir` left that this one would not overwrite:
+    a sharded index and its shards (loaders would read them instead of the new `model.safetensors`) and a LoRA
+    adapter (it would describe another model)."""
+    import glob
+    import shutil
+
+    stale = glob.glob(os.path.join(out_dir, "model-*-of-*.safetensors"))
+    stale += [os.path.join(out_dir, "model.safetensors.index.json")]
+    for path in stale:
+        if os.path.isfile(path):
+            os.remove(path)
+    shutil.rmtree(os.path.join(out_dir, ADAPTER_DIR), ignore_errors=True)
+
+
 def export_hf(model, out_dir: str, *, tokenizer=None, dtype: str = "float32",
               base_model_name_or_path: str | None = None) -> str:
     """Writes a complete HF checkpoint of `model` into `out_dir` (see the module docstring); returns out_dir.
@@ -168,6 +191,7 @@ def export_hf(model, out_dir: str, *, tokenizer=None, dtype: str = "float32",
     tensors = hf_tensors(model, dtype=dtype)  # collective gather: every process takes part
     if is_primary():
         os.makedirs(out_dir, exist_ok=True)
+        _remove_stale_weights(out_dir)
         save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
         _write_json(os.path.join(out_dir, "config.json"), config)
         _write_json(os.path.join(out_dir, "generation_config.json"), generation_config(model, tokenizer))

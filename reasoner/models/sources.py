@@ -75,7 +75,10 @@ class SafetensorsSource:
         single = os.path.join(directory, "model.safetensors")
         self.files: dict[str, SafetensorsFile] = {}
         self.where: dict[str, str] = {}
-        if os.path.isfile(index):
+        if os.path.isfile(single):  # transformers' order: the single file first
+            self.files["model.safetensors"] = SafetensorsFile(single)
+            self.where = {n: "model.safetensors" for n in self.files["model.safetensors"].names()}
+        elif os.path.isfile(index):
             with open(index) as f:
                 weight_map = json.load(f)["weight_map"]
             for fname in sorted(set(weight_map.values())):
@@ -84,9 +87,6 @@ class SafetensorsSource:
                 if name not in self.files[fname].header:
                     raise CheckpointError(f"{index} lists tensor {name!r} in {fname}, which does not contain it")
                 self.where[name] = fname
-        elif os.path.isfile(single):
-            self.files["model.safetensors"] = SafetensorsFile(single)
-            self.where = {n: "model.safetensors" for n in self.files["model.safetensors"].names()}
         else:
             raise CheckpointError(f"{directory}: no model.safetensors or model.safetensors.index.json found")
 

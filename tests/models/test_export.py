@@ -123,6 +123,45 @@ def test_lora_export_loads_with_peft_and_matches_our_logits(tiny, tmp_path):
     _assert_close(_torch_logits(AutoModelForCausalLM.from_pretrained(str(out)), tokens), ours, "merged export vs ours")
 
 
+def test_qlora_export_with_adapters_on_some_projections(tiny, tmp_path):
+    # the projections without an adapter stay quantized after merge_lora; the export raised KeyError on them
+    from transformers import AutoModelForCausalLM
+
+    from reasoner.models.lora import merge_lora
+    from reasoner.models.quant import quantize_projections
+
+    base, tokenizer = tiny
+    model = load_model(str(base))
+    apply_lora(model, pattern=r"attn\.(q|v)_proj", rank=RANK, alpha=ALPHA, rngs=nnx.Rngs(0))
+    _randomize_adapters(model, 2)
+    quantize_projections(model, kind="nf4")
+    tokens = _tokens(model.cfg.vocab_size)
+    ours = _ours(model, tokens)  # the quantized model with its adapters
+    merge_lora(model)
+    out = export_hf(model, str(tmp_path / "export"), tokenizer=tokenizer)
+    # merging and dequantizing round the same products in another order: within the model's float32 bound
+    _assert_close(_torch_logits(AutoModelForCausalLM.from_pretrained(out), tokens), ours, "QLoRA export vs ours")
+
+
+def test_export_over_an_earlier_checkpoint_replaces_it(tiny, tmp_path):
+    # a sharded save or a LoRA export left in the directory was read instead of (or beside) the new weights
+    from transformers import AutoModelForCausalLM
+
+    base, tokenizer = tiny
+    out = tmp_path / "export"
+    save_hf(make_hf_model("llama", seed=7, vocab_size=tokenizer.vocab_size), str(out), max_shard_size="20KB")
+    (out / ADAPTER_DIR).mkdir()
+    (out / ADAPTER_DIR / "adapter_config.json").write_text("{}")
+    assert list(out.glob("model-*-of-*.safetensors"))
+    model = load_model(str(base))
+    tokens = _tokens(model.cfg.vocab_size)
+    export_hf(model, str(out), tokenizer=tokenizer)
+    assert not list(out.glob("model-*-of-*.safetensors")) and not (out / ADAPTER_DIR).exists()
+    _assert_close(_ours(load_model(str(out)), tokens), _ours(model, tokens), "our reload")
+    _assert_close(_torch_logits(AutoModelForCausalLM.from_pretrained(str(out)), tokens), _ours(model, tokens),
+                  "transformers' reload")
+
+
 @pytest.mark.slow
 def test_smollm2_export_greedy_decodes_like_our_sampler(tmp_path):
     import torch
