@@ -155,7 +155,8 @@ class ModelConfig:
             rope_type=rope_type,
             rope_scaling=tuple(sorted((k, float(rope[k])) for k in keep)),
             rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-            tie_embeddings=bool(d.get("tie_word_embeddings", family not in ("llama", "mistral"))),
+            # a config.json without the key is untied, as every transformers config class defaults it
+            tie_embeddings=bool(d.get("tie_word_embeddings", False)),
             qkv_bias=True if family == "qwen2" else attention_bias,
             o_bias=False if family == "qwen2" else attention_bias,
             qk_norm=family == "qwen3",
@@ -217,7 +218,7 @@ def _sliding_window(d: dict[str, Any], family: str, num_layers: int, source: str
     """(window, layers using it) from a config.json dict, as transformers 5 reads it (module docstring)."""
     if family == "mistral":
         # transformers' MistralAttention windows every layer even when a config lists layer_types; so do we.
-        window = d.get("sliding_window")
+        window = d.get("sliding_window", 4096)  # MistralConfig's default when the key is absent; null: none
         return (0, ()) if window is None else (_window_size(window, source), tuple(range(num_layers)))
     if family in ("qwen2", "qwen3"):
         if not d.get("use_sliding_window") or d.get("sliding_window") is None:

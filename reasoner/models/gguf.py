@@ -113,7 +113,10 @@ def config_from_gguf(file, *, source: str, has_output: bool, **overrides) -> Mod
         rope_scaling=rope_scaling,
         rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
         tie_embeddings=not has_output,
-        qkv_bias=arch == "qwen2",
+        # biases where the file has them (a llama-architecture GGUF may carry attention biases, as HF's
+        # attention_bias; dropping them loaded a wrong model without a word)
+        qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in file.tensors,
+        o_bias="blk.0.attn_output.bias" in file.tensors,
         qk_norm=arch == "qwen3",
         max_position_embeddings=int(meta.get(f"{arch}.context_length", 8192)),
         bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
@@ -158,8 +161,9 @@ class GGUFSource:
                 f"dequantize; expected F32/F16/BF16 or a supported quantization (Q8_0, Q4_0, Q4_1, Q4_K, ...)"
             ) from None
         w = np.asarray(w, dtype=np.float32)
-        if self.cfg.family == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
-            n_head = self.cfg.num_heads if name.endswith("q_proj.weight") else self.cfg.num_kv_heads
+        if self.cfg.family == "llama" and name.endswith(("q_proj.weight", "k_proj.weight", "q_proj.bias",
+                                                         "k_proj.bias")):  # llama.cpp permutes the biases too
+            n_head = self.cfg.num_heads if ".q_proj." in name else self.cfg.num_kv_heads
             w = unpermute_llama_qk(w, n_head)
         return w
 

@@ -57,6 +57,19 @@ def test_tiny_gguf_weights_match_the_original_within_q8_error(tiny_gguf):
         np.testing.assert_allclose(ours[name], ref, atol=scale * (1 / 254 + 2 ** -11), rtol=0, err_msg=name)
 
 
+def test_llama_gguf_with_attention_biases_keeps_them(tmp_path):
+    # the biases were mapped but never read (qkv_bias only for qwen2): the model loaded without error and wrong
+    hf = make_hf_model("llama", seed=4, attention_bias=True, tie_word_embeddings=False,
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    model = load_model(write_tiny_gguf(str(tmp_path / "bias.gguf"), hf, quantize_linear=False))
+    assert model.cfg.qkv_bias and model.cfg.o_bias
+    tokens = np.random.default_rng(1).integers(0, hf.config.vocab_size, (2, 16))
+    ours, _ = model(jnp.asarray(tokens), positions_BxT=jnp.broadcast_to(jnp.arange(16), (2, 16)))
+    ref = hf_logits(hf, tokens)
+    tol = forward_tolerance(ref, layers=hf.config.num_hidden_layers, fan_in=hf.config.intermediate_size)
+    np.testing.assert_allclose(np.asarray(ours), ref, atol=tol, rtol=0)
+
+
 def test_tiny_gguf_roundtrip_through_safetensors_into_transformers(tiny_gguf, tmp_path):
     hf, path = tiny_gguf
     model = load_model(path)

@@ -83,3 +83,23 @@ def test_bf16_params_and_compute_stay_close(tiny_checkpoint):
     # bf16 has ~3 significant digits; the argmax of random logits should still mostly agree
     assert np.mean(np.asarray(ours).argmax(-1) == ref.argmax(-1)) >= 0.8
     assert np.abs(np.asarray(ours) - ref).max() < 0.1 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_config_without_tie_key_is_untied_as_in_transformers(family, tmp_path):
+    # a hand-written config.json without tie_word_embeddings: transformers' classes default to untied; we tied
+    # qwen2/qwen3 and ignored lm_head.weight (logits off by O(1))
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    path = save_hf(make_hf_model(family, seed=2, tie_word_embeddings=False), str(tmp_path))
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["tie_word_embeddings"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = load_model(path)
+    assert not model.cfg.tie_embeddings
+    tokens = np.random.default_rng(0).integers(0, model.cfg.vocab_size, (1, 8))
+    ours, _ = model(jnp.asarray(tokens), positions_BxT=jnp.arange(8)[None])
+    ref = hf_logits(AutoModelForCausalLM.from_pretrained(path), tokens)
+    np.testing.assert_allclose(np.asarray(ours), ref, atol=logits_atol(ref, model.cfg, seq_len=8), rtol=0)

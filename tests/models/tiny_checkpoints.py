@@ -62,7 +62,7 @@ def hf_logits(model, tokens: np.ndarray, attention_mask: np.ndarray | None = Non
 
 
 def write_tiny_gguf(path: str, hf_model, *, quantize_linear: bool = True, bad_type_for: str | None = None) -> str:
-    """Writes `hf_model` (llama family) as a llama.cpp-style GGUF: Q/K rows permuted, linear
+    """Writes `hf_model` (llama family) as a llama.cpp-style GGUF: Q/K rows (and biases) permuted, linear
     weights quantized to Q8_0; `bad_type_for` stores that GGUF tensor as Q8_1 (gguf cannot
     dequantize it)."""
     import gguf
@@ -83,9 +83,9 @@ def write_tiny_gguf(path: str, hf_model, *, quantize_linear: bool = True, bad_ty
     w.add_rope_dimension_count(cfg.head_dim)
     for name, t in hf_model.state_dict().items():
         a = t.detach().float().numpy()
-        if name.endswith("q_proj.weight"):
+        if name.endswith(("q_proj.weight", "q_proj.bias")):  # llama.cpp's converter permutes both
             a = permute_llama_qk(a, cfg.num_attention_heads)
-        elif name.endswith("k_proj.weight"):
+        elif name.endswith(("k_proj.weight", "k_proj.bias")):
             a = permute_llama_qk(a, cfg.num_key_value_heads)
         g = gguf_name(name)
         if g == bad_type_for:
