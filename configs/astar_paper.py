@@ -9,7 +9,8 @@ Variant names: `<model>_<dataset>_sft_<heuristic>` or `<model>_<dataset>_grpo_<r
   reward    correctness | step_count | astar_dependency | astar_true   (GRPO from an SFT checkpoint)
 SFT: Adam (0.9, 0.999), lr 2e-5, cosine with warmup 0.03, 3 epochs, batch 4 (1B) / 2 (3B), best validation loss.
 GRPO: one epoch, 16 completions per group, beta 0.04, lr 1e-6; starts from the SFT export named in SFT_EXPORTS
-(the paper: true cost-to-go SFT on ProofWriter, dependency SFT on DeepRD), USER-PROVIDED. The GRPO reward is scored
+(the paper: true cost-to-go SFT on ProofWriter, dependency SFT on DeepRD): the SFT variant's run with
+`--workdir checkpoints/<sft variant>` writes it there. The GRPO reward is scored
 ON DEVICE (`options.device=True` of the "astar" reward: host parsing, then one jitted A* kernel call per batch), and
 evaluation scores the split on device too (`reasoner.evaluation.EvalSettings.scoring`, default "device").
 Generation budget: 1024 new tokens on ProofWriter, 2048 on DeepRD; greedy evaluation on the full test split.
@@ -30,10 +31,12 @@ DATASETS = ("proofwriter", "deeprd")
 HEURISTICS = ("zero", "dependency", "true")
 REWARDS = ("correctness", "step_count", "astar_dependency", "astar_true")
 MODEL_PATHS = {"llama1b": "checkpoints/Llama-3.2-1B-Instruct", "llama3b": "checkpoints/Llama-3.2-3B-Instruct"}
-SFT_EXPORTS = {("llama1b", "proofwriter"): "checkpoints/llama1b_proofwriter_sft_true/export",
-               ("llama3b", "proofwriter"): "checkpoints/llama3b_proofwriter_sft_true/export",
-               ("llama1b", "deeprd"): "checkpoints/llama1b_deeprd_sft_dependency/export",
-               ("llama3b", "deeprd"): "checkpoints/llama3b_deeprd_sft_dependency/export"}
+# where an SFT variant run with `--workdir checkpoints/<variant>` leaves its export (the pipeline writes
+# `<workdir>/sft/export`)
+SFT_EXPORTS = {("llama1b", "proofwriter"): "checkpoints/llama1b_proofwriter_sft_true/sft/export",
+               ("llama3b", "proofwriter"): "checkpoints/llama3b_proofwriter_sft_true/sft/export",
+               ("llama1b", "deeprd"): "checkpoints/llama1b_deeprd_sft_dependency/sft/export",
+               ("llama3b", "deeprd"): "checkpoints/llama3b_deeprd_sft_dependency/sft/export"}
 NEW_TOKENS = {"proofwriter": 1024, "deeprd": 2048}
 API_NEW_TOKENS = {"proofwriter": 2048, "deeprd": 5000}  # DeepSeek-V3.2's budgets (App. B.3)
 

@@ -142,14 +142,18 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
 
 
 def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Separates '--config.x=y' items (also '--config.x y') from the other command-line arguments."""
+    """Separates '--config.x=y' items (also '--config.x y') from the other command-line arguments. An override
+    without a value (at the end, or followed by another `--option`) is an error naming it: taking the next
+    option as its value swallowed e.g. `--workdir` and blamed that instead."""
     overrides, rest = [], []
     argv = list(argv)
     i = 0
     while i < len(argv):
         item = argv[i]
         if item.startswith(OVERRIDE_PREFIX):
-            if "=" not in item and i + 1 < len(argv):
+            if "=" not in item:
+                if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                    raise ValueError(f"override {item}: expected {item}=VALUE (or {item} VALUE)")
                 item = f"{item}={argv[i + 1]}"
                 i += 1
             overrides.append(item)

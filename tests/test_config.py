@@ -79,6 +79,21 @@ def test_bad_override_values_and_specs():
         load_config(str(CONFIGS / "sft_astar.py") + ":huge")
 
 
+def test_an_override_without_value_is_named_not_the_option_after_it(tmp_path):
+    for argv in (["--config.model.name", "--workdir", "d"], ["--workdir", "d", "--config.model.name"]):
+        with pytest.raises(ValueError, match="override --config.model.name: expected --config.model.name=VALUE"):
+            split_overrides(argv)
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "reasoner.cli", "train", "--config", "configs/sft_astar.py:tiny",
+                           "--config.model.name", "--workdir", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 2 and "override --config.model.name" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "reasoner.cli", "train", "--config", "configs/sft_astar.py:tiny",
+                           "--workdir", "gs://bucket/run1"], capture_output=True, text=True)
+    assert done.returncode == 2 and "is a URL; expected a filesystem path" in done.stderr
+
+
 def test_parse_value_and_split_overrides():
     assert parse_value("true") is True and parse_value("None") is None and parse_value("[1, 2]") == [1, 2]
     assert parse_value("2e-5") == 2e-5 and parse_value("hello") == "hello"

@@ -67,7 +67,10 @@ def register(subparsers) -> None:
     parser.add_argument("--judge-endpoint", default=None, metavar="URL",
                         help="cedar: an OpenAI-compatible judge (e.g. a `reasoner serve` URL ending in /v1) instead "
                              "of the embedded model in-process")
-    parser.add_argument("--workdir", required=True, help="output directory (data, checkpoints, report)")
+    from reasoner.cli.paths import local_workdir
+
+    parser.add_argument("--workdir", required=True, type=local_workdir,
+                        help="output directory (data, checkpoints, report)")
     parser.add_argument("--config", default=None, metavar="FILE[:VARIANT]",
                         help="default: configs/astar_demo.py:cpu")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")

@@ -17,7 +17,10 @@ def accept_config_overrides(parser: argparse.ArgumentParser) -> None:
     def parse_known_args(args=None, namespace=None):
         from reasoner.config import split_overrides
 
-        overrides, rest = split_overrides(list(sys.argv[1:] if args is None else args))
+        try:
+            overrides, rest = split_overrides(list(sys.argv[1:] if args is None else args))
+        except ValueError as err:
+            parser.error(str(err))
         namespace, extras = original(rest, namespace)
         namespace.config_overrides = overrides
         return namespace, extras

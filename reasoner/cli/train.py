@@ -26,7 +26,10 @@ def register(subparsers) -> None:
                     "--config.KEY=VALUE overrides any config entry.")
     parser.add_argument("--config", required=True, metavar="FILE[:VARIANT]",
                         help="config file and optional variant, e.g. configs/sft_astar.py:tiny")
-    parser.add_argument("--workdir", required=True, help="run directory (checkpoints, metrics); resumed if present")
+    from reasoner.cli.paths import local_workdir
+
+    parser.add_argument("--workdir", required=True, type=local_workdir,
+                        help="run directory (checkpoints, metrics); resumed if present")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
     from reasoner.cli.overrides import accept_config_overrides

@@ -69,6 +69,10 @@ def test_every_paper_variant_resolves_to_its_pipeline(variant, tmp_path):
     if stage == "sft":
         assert config.data.heuristic == which  # the search order whose traces the SFT learns
     else:
+        # the paper's SFT variant for this model and dataset, run with --workdir checkpoints/<variant>, exports there
+        sft_variant = f"{model}_{dataset}_sft_{'true' if dataset == 'proofwriter' else 'dependency'}"
+        default = load_config(f"{CONFIGS / 'astar_paper.py'}:{variant}", [])
+        assert default.model.name == f"checkpoints/{sft_variant}/sft/export"
         grpo = grpo_config(config)
         assert grpo.trainer == "grpo" and grpo.train.num_steps == 1 and grpo.grpo.num_generations == 2
         for reward in grpo.rewards:  # every reward the variant names builds from the registry
