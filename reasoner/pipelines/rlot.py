@@ -129,6 +129,10 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         if loaded is None:
             navigator, _, trained = _train(config, lm, pool, args, workdir=workdir, progress=progress,
                                                 times=times)
+            if navigator.preempted:  # checkpointed: the same command resumes; no evaluation of a half-trained one
+                _log(f"preempted after {trained['episodes_trained']} episodes: the navigator is checkpointed; "
+                     f"start the same command again to resume")
+                return {"preempted": "train", "episodes_trained": trained["episodes_trained"]}
         else:
             _log(f"transfer: navigator of {loaded.source} ({loaded.episodes} episodes) with {d.model}")
             navigator = loaded

@@ -23,3 +23,24 @@ def test_demo_tiny_writes_report_table_and_curve(tmp_path, shared_data):
     assert report["navigator_params"] == 2566 and report["episodes_trained"] == 8
     assert len(report["training_history"]) == 2 and report["patterns"]["2"]
     assert (tmp_path / "report" / "rlot_training.png").stat().st_size > 1000
+
+
+def test_a_preempted_navigator_is_not_evaluated(tmp_path, shared_data, monkeypatch):
+    # the DQN checkpointed on SIGTERM, then the pipeline evaluated the half-trained navigator, wrote a final report
+    # and exited 0
+    import types
+
+    from reasoner.config import load_config
+    from reasoner.pipelines import rlot
+
+    def preempted_train(config, lm, pool, args, **kw):
+        return types.SimpleNamespace(preempted=True), [], {"episodes_trained": 4}
+
+    def no_evaluation(*args, **kw):
+        raise AssertionError("a preempted run must not evaluate")
+
+    monkeypatch.setattr(rlot, "_train", preempted_train)
+    monkeypatch.setattr(rlot, "_evaluate", no_evaluation)
+    config = load_config("configs/rlot.py:demo_tiny", [f"--config.demo.data_root={shared_data}"])
+    assert rlot.run(config, workdir=tmp_path, progress=False) == {"preempted": "train", "episodes_trained": 4}
+    assert not (tmp_path / "report" / "report.json").exists()
