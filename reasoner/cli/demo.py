@@ -32,18 +32,22 @@ class Method:
     pipeline: str  # module of the pipeline
     done_key: str  # the report's entry a finished run fills (empty or missing: the run produced nothing: exit 1)
     endpoint: tuple[str, str] | None = None  # (argument, config section): `--x-endpoint URL` sets section.endpoint
-    data_key: str | None = None  # the config.data entry that `--data-dir` sets
+    data_key: str | None = None  # the config entry ("section.key") that `--data-dir` sets
     user_errors: tuple[type[Exception], ...] = ()  # raised for bad input (data, config): one line on stderr, exit 2
 
 
 METHODS = {
     "astar": Method("astar_demo.py:cpu", "reasoner.pipelines.astar", "reports"),
-    "rlot": Method("rlot.py:cpu", "reasoner.pipelines.rlot", "methods"),
+    "rlot": Method("rlot.py:cpu", "reasoner.pipelines.rlot", "methods", data_key="demo.data_root"),
     "smt": Method("smt_demo.py:cpu", "reasoner.pipelines.smt", "reports", endpoint=("teacher_endpoint", "teacher"),
-                  data_key="data_root", user_errors=(FileNotFoundError,)),
+                  data_key="data.data_root", user_errors=(FileNotFoundError,)),
     "cedar": Method("cedar_demo.py:cpu", "reasoner.pipelines.cedar", "models", endpoint=("judge_endpoint", "judge"),
-                    data_key="data_dir", user_errors=(FileNotFoundError, ValueError)),
+                    data_key="data.data_dir", user_errors=(FileNotFoundError, ValueError)),
 }
+
+
+def _flags_of(method: Method) -> set[str]:
+    return ({method.endpoint[0]} if method.endpoint else set()) | ({"data_dir"} if method.data_key else set())
 
 
 def default_config(method: str = "astar") -> str:
@@ -56,14 +60,14 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "demo", help="A* post-training end to end on the embedded model (before/after table)",
         description="Data -> base eval -> SFT -> eval -> GRPO -> eval; --config.KEY=VALUE overrides any entry.")
-    parser.add_argument("method", nargs="?", default="astar", choices=sorted(METHODS),
+    parser.add_argument("method", nargs="?", default=None, choices=sorted(METHODS),
                         help="astar (default): A* post-training; rlot: RL-of-Thoughts navigator vs baselines; "
                              "smt: Sequent-Prover teacher -> SFT -> DPO; cedar: CEDAR-GRPO (mixture -> eval -> GRPO "
                              "-> eval)")
     parser.add_argument("--teacher-endpoint", default=None, metavar="URL",
                         help="smt: an OpenAI-compatible teacher (e.g. a `reasoner serve` URL ending in /v1) instead "
                              "of the symbolic teacher")
-    parser.add_argument("--data-dir", default=None, help="smt, cedar: the staged data (default ../shared/data)")
+    parser.add_argument("--data-dir", default=None, help="rlot, smt, cedar: the staged data (default ../shared/data)")
     parser.add_argument("--judge-endpoint", default=None, metavar="URL",
                         help="cedar: an OpenAI-compatible judge (e.g. a `reasoner serve` URL ending in /v1) instead "
                              "of the embedded model in-process")
@@ -72,7 +76,8 @@ def register(subparsers) -> None:
     parser.add_argument("--workdir", required=True, type=local_workdir,
                         help="output directory (data, checkpoints, report)")
     parser.add_argument("--config", default=None, metavar="FILE[:VARIANT]",
-                        help="default: configs/astar_demo.py:cpu")
+                        help="default: the method's configs/<method config>:cpu (astar_demo.py, rlot.py, smt_demo.py, "
+                             "cedar_demo.py); without a method, the config's own pipeline is run")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(func=run)
     from reasoner.cli.overrides import accept_config_overrides
@@ -97,21 +102,52 @@ def use_single_device(config) -> None:
         os.environ["XLA_FLAGS"] = " ".join(kept)
 
 
+def method_of(config) -> str | None:
+    """The demo a config is for: its `pipeline`, or "rlot" for the navigator's config (a dqn trainer with a demo
+    section); None when it names none of them."""
+    if config.get("pipeline") in METHODS:
+        return config.pipeline
+    if config.get("trainer") == "dqn" and "demo" in config:
+        return "rlot"
+    return None
+
+
+def _refused(name: str, message: str) -> int:
+    print(f"reasoner demo {name}: {message}", file=sys.stderr)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
     from reasoner.config import ConfigKeyError
 
-    name = getattr(args, "method", "astar")
+    asked = getattr(args, "method", None)
     try:
-        config = load(args.config, getattr(args, "config_overrides", []), name)
+        if getattr(args, "config", None):  # the method may come from the config (`reasoner demo --config configs/smt_demo.py:tiny`)
+            config = load(args.config, getattr(args, "config_overrides", []))
+            found = method_of(config)
+            if asked and found and found != asked:
+                return _refused(asked, f"{args.config} is a config of the {found} demo; run `reasoner demo {found}` "
+                                       f"or give a {asked} config (default {METHODS[asked].config})")
+            name = asked or found or "astar"
+        else:
+            name = asked or "astar"
+            config = load(None, getattr(args, "config_overrides", []), name)
     except (ConfigKeyError, FileNotFoundError, ValueError) as err:
         print(f"reasoner demo: {err}", file=sys.stderr)
         return 2
-    use_single_device(config)
     method = METHODS[name]
+    # a flag this demo does not read is an error, not silently ignored
+    flags = {"teacher_endpoint": "--teacher-endpoint", "judge_endpoint": "--judge-endpoint", "data_dir": "--data-dir"}
+    for attr, flag in flags.items():
+        if getattr(args, attr, None) and attr not in _flags_of(method):
+            return _refused(name, f"{flag} is not used by this demo (it is for: "
+                                  f"{', '.join(m for m, spec in METHODS.items() if attr in _flags_of(spec))})")
+    use_single_device(config)
     if method.endpoint and getattr(args, method.endpoint[0], None):
         config[method.endpoint[1]].endpoint = getattr(args, method.endpoint[0])
     if method.data_key and getattr(args, "data_dir", None):
-        config.data[method.data_key] = args.data_dir
+        section, key = method.data_key.split(".")
+        config[section][key] = args.data_dir
     try:
         report = importlib.import_module(method.pipeline).run(config, workdir=args.workdir,
                                                               progress=not args.no_progress)
