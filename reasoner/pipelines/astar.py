@@ -198,6 +198,20 @@ def _preempted(stage: str) -> dict:
     return {"preempted": stage}
 
 
+def check_stages(config) -> None:
+    """Raises ValueError naming the setting when a later stage's config cannot work, before the first stage runs
+    (a bad GRPO loss type surfaced after data, evaluation and SFT: minutes here, hours at paper scale)."""
+    from trainers import grpo as grpo_trainer
+    from trainers.optim import make_optimizer
+
+    if config.sft.enabled:
+        make_optimizer(sft_config(config, export_dir="unused").optim, total_steps=1)
+    if config.grpo.enabled:
+        grpo = grpo_config(config)
+        grpo_trainer.check_config(grpo)
+        make_optimizer(grpo.optim, total_steps=1)
+
+
 def run(config, *, workdir, progress: bool = True) -> dict:
     """Runs every enabled stage in `workdir`; returns the summary written to `report/astar.json`."""
     import jax
@@ -206,6 +220,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     from reasoner.models import load_model
     from trainers.run import build_model, load_tokenizer_for
 
+    check_stages(config)
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     timer = StageTimer(_log)

@@ -191,6 +191,20 @@ def plot(reports: list[dict], k: int, path: pathlib.Path) -> None:
     save_figure(fig, path, dpi=120)
 
 
+def check_stages(config) -> None:
+    """Raises ValueError naming the setting when the SFT or DPO stage's config cannot work, before the teacher's
+    rollouts (a bad dpo.loss_type surfaced after the teacher, SFT and the student rollouts)."""
+    from trainers.dpo import reference_free
+    from trainers.optim import make_optimizer
+
+    for section in ("sft", "dpo"):
+        if config[section].enabled:
+            c = _trainer_config(config, section, export_dir="unused")
+            make_optimizer(c.optim, total_steps=1)
+            if section == "dpo":
+                reference_free(c.dpo)
+
+
 def run(config, *, workdir, progress: bool = True) -> dict:
     """Runs every enabled stage in `workdir`; returns the summary written to `report/smt.json`."""
     from reasoner.agents.rollouts import rollout_logic
@@ -204,6 +218,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     from reasoner.verifiers.z3_runner import Z3Runner
     from trainers.run import build_model, load_tokenizer_for
 
+    check_stages(config)
     workdir = pathlib.Path(workdir)
     (workdir / "report").mkdir(parents=True, exist_ok=True)
     timer = StageTimer(_log)

@@ -54,3 +54,20 @@ def test_tiny_pipeline_end_to_end(shared_data, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "report" / "samples_base.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and {"id", "sample", "correct", "verified", "answer", "gold", "turns", "z3_calls"} <= set(rows[0])
     assert "| model" in done.stdout and "curation (teacher)" in done.stdout
+
+
+def test_a_bad_later_stage_setting_fails_before_the_first_stage(tmp_path):
+    # a bad dpo.loss_type / grpo loss surfaced only after the teacher, SFT and student stages (hours at paper scale)
+    import pytest
+
+    from reasoner.config import load_config
+    from reasoner.pipelines import astar, smt
+
+    for module, spec, override, message in (
+            (smt, "configs/smt_demo.py:tiny", "--config.dpo.dpo.loss_type=xyz", "dpo.loss_type='xyz'"),
+            (smt, "configs/smt_demo.py:tiny", "--config.sft.optim.name=lion", "optim.name='lion'"),
+            (astar, "configs/astar_demo.py:tiny", "--config.grpo.grpo.loss_type=xyz", "loss_type")):
+        config = load_config(spec, [override])
+        with pytest.raises(ValueError, match=message):
+            module.run(config, workdir=tmp_path / module.__name__.rsplit(".", 1)[-1], progress=False)
+        assert not (tmp_path / module.__name__.rsplit(".", 1)[-1]).exists()
