@@ -147,21 +147,57 @@ def compare_expected(rows: list[dict], tsv_path: str) -> dict:
 
 
 def _finished_ids(path: str, samples: int) -> set[str]:
-    """Problem ids that already have `samples` rows in an existing rollout file (resume skips them)."""
+    """Problem ids that already have `samples` rows in an existing rollout file (resume skips them). A last line
+    that is not a complete row (a kill mid-append) is cut off with a warning, so the next rows start on a line of
+    their own; a bad line before the last is an error naming it."""
     counts: dict[str, int] = {}
     if not os.path.isfile(path):
         return set()
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    offset = 0
+    for number, raw in enumerate(lines, 1):
+        last = number == len(lines) or (number == len(lines) - 1 and not lines[-1])
+        if raw.strip():
             try:
-                pid = json.loads(line)["problem_id"]
+                pid = json.loads(raw)["problem_id"]
+                counts[pid] = counts.get(pid, 0) + 1
             except (ValueError, KeyError, TypeError):
-                raise ValueError(f"{path}:{number}: not a rollout row (expected JSON with problem_id); move the "
-                                 "file away to start afresh") from None
-            counts[pid] = counts.get(pid, 0) + 1
+                if not last:
+                    raise ValueError(f"{path}:{number}: not a rollout row (expected JSON with problem_id); move the "
+                                     "file away to start afresh") from None
+                print(f"reasoner smt rollout: {path}:{number}: an incomplete last row (an interrupted write) is "
+                      "dropped; its problem runs again", file=sys.stderr)
+                with open(path, "r+b") as f:
+                    f.truncate(offset)
+                break
+        offset += len(raw) + 1
     return {pid for pid, n in counts.items() if n >= samples}
+
+
+ROLLOUT_SETTINGS = ("dataset", "model", "endpoint", "samples", "t_max", "temperature", "top_p", "seed")
+
+
+def _check_resume_settings(args) -> None:
+    """`<out>.settings.json` records the settings that shape the rows; resuming an `--out` written with others
+    would mix two runs in one file (another --samples appended extra rows per problem), so it is refused."""
+    settings = {key: getattr(args, key, None) for key in ROLLOUT_SETTINGS}
+    path = args.out + ".settings.json"
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            before = json.load(f)
+        changed = {k: (before.get(k), v) for k, v in settings.items() if before.get(k) != v}
+        if changed:
+            raise ValueError(f"{args.out} was written with other settings (" + ", ".join(
+                f"{k}: {a!r} then, {b!r} now" for k, (a, b) in changed.items()) + "); use another --out or the same "
+                "settings")
+    elif os.path.isfile(args.out) and os.path.getsize(args.out):
+        return  # written before settings were recorded: resumed as it is
+    from reasoner.distributed import is_primary
+
+    if is_primary():
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(settings, f, indent=1)
 
 
 def teacher(args, problems):
@@ -193,6 +229,7 @@ def teacher(args, problems):
 
 def run_rollout(args) -> int:
     from reasoner.agents.rollouts import rollout_logic
+    from reasoner.distributed import is_primary
     from reasoner.tasks.logic_llm import load_problems
     from reasoner.verifiers.z3_runner import Z3Runner
 
@@ -201,6 +238,7 @@ def run_rollout(args) -> int:
             raise ValueError(f"--samples={args.samples}, --limit={args.limit}, --retries={args.retries}: expected "
                              "samples and limit >= 1, retries >= 0")
         problems = load_problems(args.data_root, args.dataset, limit=args.limit)
+        _check_resume_settings(args)
         done = _finished_ids(args.out, args.samples)
         policy, todo, per_batch = teacher(args, [p for p in problems if p.id not in done])
     except (ValueError, OSError) as err:
@@ -212,11 +250,12 @@ def run_rollout(args) -> int:
         for start in range(0, len(todo), per_batch):
             result = rollout_logic(policy, todo[start:start + per_batch], runner=runner, samples=args.samples,
                                    t_max=args.t_max, timeout_cap_s=args.timeout)
-            _write_jsonl(args.out, result.rows, append=True)
-            if args.dpo_out:
-                _write_jsonl(args.dpo_out, result.pairs, append=True)
-            if args.sft_out:
-                _write_jsonl(args.sft_out, result.sft, append=True)
+            if is_primary():  # under a multi-process launch every process rolls out; one writes
+                _write_jsonl(args.out, result.rows, append=True)
+                if args.dpo_out:
+                    _write_jsonl(args.dpo_out, result.pairs, append=True)
+                if args.sft_out:
+                    _write_jsonl(args.sft_out, result.sft, append=True)
             for failure in result.failures:
                 print(json.dumps({"infrastructure_failure": failure}), file=sys.stderr)
             results.append(result)

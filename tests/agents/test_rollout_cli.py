@@ -96,3 +96,21 @@ def test_symbolic_teacher_rollout_is_gold(shared_data, tmp_path, capsys):
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["labels"]["gold"] == 4 and metrics["infrastructure_failures"] == 0
     assert {json.loads(line)["termination"] for line in out.read_text().splitlines()} == {"finish"}
+
+
+def test_resume_refuses_other_settings_and_drops_a_torn_last_row(shared_data, tmp_path, capsys):
+    # another --samples appended extra rows per problem to the same file; a row cut by a kill blocked every resume
+    out = tmp_path / "rows.jsonl"
+    argv = ["smt", "rollout", "--dataset", "proofwriter", "--data-root", str(shared_data), "--model", "symbolic",
+            "--timeout", "10", "--out", str(out)]
+    assert main(argv + ["--limit", "2"]) == 0
+    capsys.readouterr()
+    assert main(argv + ["--limit", "2", "--samples", "2"]) == 2
+    assert "samples: 1 then, 2 now" in capsys.readouterr().err
+    rows = out.read_text().splitlines()
+    out.write_text(rows[0] + "\n" + rows[1][:40])  # the second problem's row torn mid-write
+    assert main(argv + ["--limit", "3"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["resumed_skipped"] == 1 and metrics["run"] == 2
+    ids = [json.loads(line)["problem_id"] for line in out.read_text().splitlines()]
+    assert len(ids) == 3 == len(set(ids))
