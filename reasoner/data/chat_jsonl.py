@@ -119,11 +119,11 @@ class ChatJsonl(tfds.core.GeneratorBasedBuilder):
         return {split: self._generate_examples(path) for split, path in present.items()}
 
     def _generate_examples(self, path: pathlib.Path):
+        from reasoner.data.jsonl import iter_lines
+
         kind = self.builder_config.name
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, start=1):
-                if line.strip():
-                    yield n, parse_line(line, kind=kind, where=f"{path}:{n}")
+        for n, line in iter_lines(path):
+            yield n, parse_line(line, kind=kind, where=f"{path}:{n}")
 
 
 def _decode(value) -> str:

@@ -27,15 +27,27 @@ def parse_object(line: str, *, where: str, what: str = "one JSON object per line
     return record
 
 
-def iter_jsonl(path, *, what: str = "one JSON object per line") -> Iterator[tuple[int, dict[str, Any]]]:
-    """(1-based line number, record) of every non-blank line of `path`."""
+def iter_lines(path, *, what: str = "one JSON object per line") -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of every non-blank line of `path`, decoded as UTF-8 line by line: a byte that
+    is not UTF-8 is a ValueError naming the file and line (a bare UnicodeDecodeError named neither)."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; expected JSONL ({what})")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: not valid UTF-8 ({err.reason} at byte {err.start}); expected "
+                                 f"{what} in UTF-8") from None
             if line.strip():
-                yield lineno, parse_object(line, where=f"{path}:{lineno}", what=what)
+                yield lineno, line
+
+
+def iter_jsonl(path, *, what: str = "one JSON object per line") -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line number, record) of every non-blank line of `path`."""
+    for lineno, line in iter_lines(path, what=what):
+        yield lineno, parse_object(line, where=f"{path}:{lineno}", what=what)
 
 
 def read_jsonl(path, *, what: str = "one JSON object per line") -> list[dict[str, Any]]:

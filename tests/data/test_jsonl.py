@@ -25,6 +25,9 @@ def test_bad_lines_are_named(tmp_path):
         read_jsonl(path)
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         read_jsonl(tmp_path / "missing.jsonl")
+    path.write_bytes('{"a": "é"}\n'.encode() + b'{"prompt": "h\xe9llo"}\n')  # Latin-1 on line 2
+    with pytest.raises(ValueError, match=r"in.jsonl:2: not valid UTF-8 \(invalid continuation byte at byte 13\)"):
+        read_jsonl(path)
 
 
 def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
