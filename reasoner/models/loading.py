@@ -22,7 +22,7 @@ from flax import nnx
 from jax.sharding import SingleDeviceSharding
 
 from reasoner.models.checkpoint_names import weight_map
-from reasoner.models.config import ModelConfig
+from reasoner.models.config import ModelConfig, UnsupportedModelError
 from reasoner.models.decoder import Decoder
 from reasoner.models.sources import CheckpointError, SafetensorsSource
 
@@ -47,7 +47,15 @@ def open_checkpoint(path: str, **overrides):
             raw_config = json.load(f)
     except ValueError as err:
         raise CheckpointError(f"{config_path} is not valid JSON: {err}") from None
-    cfg = ModelConfig.from_hf_dict(raw_config, source=config_path, **overrides)
+    if not isinstance(raw_config, dict):
+        raise CheckpointError(f"{config_path}: expected a JSON object, got {type(raw_config).__name__}")
+    try:
+        cfg = ModelConfig.from_hf_dict(raw_config, source=config_path, **overrides)
+    except (CheckpointError, UnsupportedModelError):
+        raise
+    except (KeyError, TypeError, ValueError) as err:  # a missing or mistyped field of a hand-written config
+        detail = f"missing key {err}" if isinstance(err, KeyError) else str(err)
+        raise CheckpointError(f"{config_path}: {detail}") from None
     check_index(path)
     return cfg, SafetensorsSource(path)
 

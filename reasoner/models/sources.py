@@ -24,6 +24,24 @@ class CheckpointError(ValueError):
     """A checkpoint file is missing, truncated, or holds a tensor we cannot use."""
 
 
+def _check_entry(path: str, name: str, h) -> None:
+    """One header entry: dtype, shape and data_offsets present and consistent (a tensor whose bytes do not fill its
+    shape failed later as a bare numpy reshape error naming neither the file nor the tensor)."""
+    if not isinstance(h, dict) or not {"dtype", "shape", "data_offsets"} <= set(h):
+        raise CheckpointError(f"checkpoint file {path}: tensor {name!r} has no dtype, shape and data_offsets")
+    shape, offsets = h["shape"], h["data_offsets"]
+    if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
+            or not isinstance(offsets, list) or len(offsets) != 2
+            or not all(isinstance(o, int) for o in offsets) or not 0 <= offsets[0] <= offsets[1]):
+        raise CheckpointError(f"checkpoint file {path}: tensor {name!r} has shape {shape!r} and data_offsets "
+                              f"{offsets!r}; expected non-negative ints and begin <= end")
+    if h["dtype"] in _DTYPES:
+        need = int(np.prod(shape)) * np.dtype(_DTYPES[h["dtype"]]).itemsize
+        if offsets[1] - offsets[0] != need:
+            raise CheckpointError(f"checkpoint file {path}: tensor {name!r} ({h['dtype']} {shape}) needs {need} "
+                                  f"bytes, its data_offsets hold {offsets[1] - offsets[0]}")
+
+
 class SafetensorsFile:
     """One `.safetensors` file parsed by hand so bf16 maps to numpy via ml_dtypes without copies."""
 
@@ -43,7 +61,12 @@ class SafetensorsFile:
                 header = json.loads(f.read(n))
             except ValueError as err:
                 raise CheckpointError(f"checkpoint file {path}: safetensors header is not valid JSON ({err})") from None
+        if not isinstance(header, dict):
+            raise CheckpointError(f"checkpoint file {path}: safetensors header is {type(header).__name__}, expected "
+                                  f"an object of tensors")
         header.pop("__metadata__", None)
+        for name, h in header.items():
+            _check_entry(path, name, h)
         self.header, self.data_start = header, 8 + n
         end = max((h["data_offsets"][1] for h in header.values()), default=0)
         if self.data_start + end > size:

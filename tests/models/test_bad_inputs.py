@@ -194,3 +194,45 @@ def test_malformed_and_escaping_safetensors_index(tmp_path):
         json.dump(good, f)
     with pytest.raises(CheckpointError, match=rf"tensor '{re.escape(name)}' points outside the checkpoint directory"):
         load_model(d)
+
+
+def _rewrite_header(path: str, edit) -> None:
+    """Rewrites a safetensors file's JSON header through `edit(header)`, keeping the data bytes."""
+    import struct
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header, data = json.loads(f.read(n)), f.read()
+    edit(header)
+    raw = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + data)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda h: h[next(k for k in h if k.endswith("q_proj.weight"))].update(shape=[3, 5]), r"needs 60 bytes, its data_offsets hold"),
+    (lambda h: h[next(k for k in h if k.endswith("q_proj.weight"))].update(data_offsets=[64, 0]), r"begin <= end"),
+    (lambda h: h[next(k for k in h if k.endswith("q_proj.weight"))].pop("data_offsets"), r"has no dtype, shape and data_offsets"),
+])
+def test_inconsistent_safetensors_entries_name_the_tensor(tmp_path, good_dir, edit, message):
+    # each failed as a bare numpy reshape error or KeyError naming neither the file nor the tensor
+    path = copy(good_dir, tmp_path)
+    _rewrite_header(os.path.join(path, "model.safetensors"), edit)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: tensor '.*q_proj\.weight'.*" + message):
+        load_model(path)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda c: c.pop("hidden_size"), "missing key 'hidden_size'"),
+    (lambda c: c.update(num_attention_heads="four"), "invalid literal"),
+])
+def test_malformed_config_json_names_the_file(tmp_path, good_dir, edit, message):
+    path = copy(good_dir, tmp_path)
+    config = json.loads(open(os.path.join(path, "config.json")).read())
+    edit(config)
+    open(os.path.join(path, "config.json"), "w").write(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"config\.json: " + message):
+        load_model(path)
+    open(os.path.join(path, "config.json"), "w").write("[1, 2]")
+    with pytest.raises(CheckpointError, match=r"config\.json: expected a JSON object, got list"):
+        load_model(path)
