@@ -16,9 +16,11 @@ value's path, the dimension and the axis: nothing is replicated silently (choose
 or map that logical axis to None in the table).
 
 The rules come from the caller: the project's table is `configs/sharding_rules.RULES` (a config
-may carry its own as `config.sharding_rules`); this module never imports `configs`.
-`DEFAULT_RULES` below is that table's starting point and what library code falls back on when
-its caller passes none (`rules=None`).
+may carry its own as `config.sharding_rules`); this module never imports `configs`. A call with
+`rules=None` uses the process's active table: `DEFAULT_RULES` (that table's starting point) until
+a run installs its config's with `set_rules` (`trainers.run.use_config_rules`, called by `setup`
+and by every `reasoner` command that reads a config), so the model loaders, the samplers and the
+step functions all lay values out by the table the config names.
 """
 
 from __future__ import annotations
@@ -47,6 +49,27 @@ DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("vocab", "tensor"),
     ("lora_rank", None),
 )
+
+
+_active_rules: tuple = DEFAULT_RULES
+
+
+def set_rules(rules: Rules | None) -> None:
+    """Installs `rules` as the table of every call that passes none (None: back to DEFAULT_RULES). A table is
+    checked here: pairs of (logical name, mesh axis / tuple of mesh axes / None) over MESH_AXES."""
+    global _active_rules
+    table = DEFAULT_RULES if rules is None else tuple((str(k), v) for k, v in rules)
+    for name, target in table:
+        axes = () if target is None else (target,) if isinstance(target, str) else tuple(target)
+        if any(a not in MESH_AXES for a in axes):
+            raise ValueError(f"sharding rule {name!r} -> {target!r}: expected None, a mesh axis or a tuple of "
+                             f"mesh axes among {MESH_AXES}")
+    _active_rules = table
+
+
+def active_rules() -> tuple:
+    """The table calls without `rules` use now (`set_rules`)."""
+    return _active_rules
 
 
 class MeshError(ValueError):
@@ -142,7 +165,7 @@ def logical_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh, r
     dimension already took are skipped. Raises ShardingError naming `path` when a remaining mesh
     axis does not divide its dimension, and KeyError for a logical name the table lacks.
     """
-    table = dict(DEFAULT_RULES if rules is None else rules)
+    table = dict(_active_rules if rules is None else rules)
     if len(axes) != len(shape):
         raise ShardingError(f"{path}: {len(axes)} logical axes {tuple(axes)} for a value of shape {tuple(shape)}")
     used: set[str] = set()
@@ -150,7 +173,7 @@ def logical_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh, r
     for i, (name, dim) in enumerate(zip(axes, shape)):
         if name is not None and name not in table:
             raise KeyError(f"{path}: logical axis {name!r} has no entry in the sharding rules "
-                           f"(configs/sharding_rules.py RULES); known: {sorted(table)}")
+                           f"(config.sharding_rules, else configs/sharding_rules.py RULES); known: {sorted(table)}")
         target = table.get(name) if name is not None else None
         mesh_axes = [target] if isinstance(target, str) else list(target or ())
         chosen = [ax for ax in mesh_axes if mesh.shape[ax] > 1 and ax not in used]
@@ -160,7 +183,8 @@ def logical_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh, r
             raise ShardingError(
                 f"{path}: dimension {i} ({name!r}, size {dim}) is not divisible by mesh axis {bad!r} "
                 f"(mesh {dict(mesh.shape)}, {name!r} -> {'x'.join(chosen)} = {split}); choose a mesh whose "
-                f"{bad!r} size divides {dim}, or map {name!r} to None in the sharding rules")
+                f"{bad!r} size divides {dim}, or map {name!r} to None in the sharding rules (config.sharding_rules, "
+                f"else configs/sharding_rules.py RULES)")
         used.update(chosen)
         out.append(None if not chosen else chosen[0] if len(chosen) == 1 else tuple(chosen))
     return PartitionSpec(*out)

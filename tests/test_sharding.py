@@ -145,3 +145,28 @@ def test_sharded_forward_equals_unsharded(tiny_dir, spec):
     # sharded matmuls reduce in other orders: the forward's float32 error at this depth, relative to the logits
     np.testing.assert_allclose(_forward(sharded, tokens, mesh), reference,
                                atol=logits_atol(reference, sharded.cfg, seq_len=16), rtol=0)
+
+
+def test_the_configs_rules_table_lays_out_the_run(tiny_dir):
+    # configs/sharding_rules.RULES and config.sharding_rules were read by nothing: every layout used the library's
+    # defaults, so mapping a logical axis to None (as the ShardingError advises) changed nothing
+    import ml_collections
+
+    from reasoner.sharding import DEFAULT_RULES, active_rules, set_rules
+    from trainers.run import use_config_rules
+
+    graphdef, state = nnx.split(load_model(tiny_dir))
+    mesh = make_mesh("tensor=8")
+    with pytest.raises(ShardingError):  # the tiny qwen2's 2 kv heads on tensor=8
+        state_shardings(state, mesh)
+    table = tuple((k, None if k in ("heads", "kv_heads") else v) for k, v in DEFAULT_RULES)
+    try:
+        use_config_rules(ml_collections.ConfigDict({"sharding_rules": table}))
+        assert active_rules() == table
+        spec = state_shardings(state, mesh)["layers"][0]["attn"]["k_proj"]["bias"].spec
+        assert spec == PartitionSpec(None, None) or all(a is None for a in spec)
+        with pytest.raises(ValueError, match="sharding rule 'heads' -> 'model'"):
+            set_rules((("heads", "model"),))
+    finally:
+        set_rules(None)
+    assert active_rules() == DEFAULT_RULES

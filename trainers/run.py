@@ -218,6 +218,15 @@ def init_state(params: dict, optimizer, *, sharding: TrainState) -> TrainState:
 
 
 # ---------------------------------------------------------------------------------------------- setup
+def use_config_rules(config) -> None:
+    """Installs the sharding rules `config` names (`config.sharding_rules`, else configs/sharding_rules.RULES) as
+    the process's table (`reasoner.sharding.set_rules`): the one place a config's table reaches the library."""
+    from configs.sharding_rules import RULES
+    from reasoner.sharding import set_rules
+
+    set_rules(config.get("sharding_rules") or RULES)
+
+
 def setup(config, *, total_steps: int, model=None, devices=None, mesh: Mesh | None = None, tokenizer=None) -> Run:
     """The run of `config` for `total_steps` optimizer steps (the schedule's length).
 
@@ -226,6 +235,7 @@ def setup(config, *, total_steps: int, model=None, devices=None, mesh: Mesh | No
     """
     from reasoner.sharding import make_mesh
 
+    use_config_rules(config)
     mesh = mesh if mesh is not None else make_mesh(config.mesh, devices=devices)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer_for(config.model)
     model = model if model is not None else build_model(config.model, mesh=mesh)

@@ -88,7 +88,11 @@ def register(subparsers) -> None:
 def load(spec: str | None, overrides, method: str = "astar") -> object:
     from reasoner.config import load_config
 
-    return load_config(spec or default_config(method), list(overrides or []))
+    from trainers.run import use_config_rules
+
+    config = load_config(spec or default_config(method), list(overrides or []))
+    use_config_rules(config)  # the config's sharding table, before any model is laid out
+    return config
 
 
 def use_single_device(config) -> None:

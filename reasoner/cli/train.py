@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, overrides)
         kind, name = target_of(config, args.config)
+        from trainers.run import use_config_rules
+
+        use_config_rules(config)  # the config's sharding table, before any model is laid out
     except (ConfigKeyError, FileNotFoundError, ValueError) as err:
         print(f"reasoner train: {err}", file=sys.stderr)
         return 2

@@ -30,7 +30,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from reasoner.data.packing import pack_documents, pad_documents
-from reasoner.sharding import DEFAULT_RULES, Rules
+from reasoner.sharding import Rules, active_rules
 
 OVERFLOW_MODES = ("truncate", "drop")
 
@@ -254,7 +254,7 @@ def eval_batches(rows: dict[str, np.ndarray], *, batch_size: int) -> list[dict[s
 
 def batch_axes(mesh: Mesh, rules: Rules | None = None) -> tuple[str, ...]:
     """Mesh axes (size > 1) the rows of a batch are split over: the rules' entry for logical `batch`."""
-    target = dict(DEFAULT_RULES if rules is None else rules).get("batch")
+    target = dict(active_rules() if rules is None else rules).get("batch")
     names = (target,) if isinstance(target, str) else tuple(target or ())
     return tuple(a for a in names if a in mesh.shape and mesh.shape[a] > 1)
 
