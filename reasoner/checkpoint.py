@@ -220,6 +220,15 @@ class RunCheckpoints:
                     f"checkpoint {where} is incompatible: {key}={meta.get(key)!r}, this run expects "
                     f"{expected_meta.get(key)!r} (different trainer, model or LoRA setting). It was left in place; "
                     f"use another --workdir")
+        saved, wanted = meta.get("config"), expected_meta.get("config")
+        if saved is not None and wanted is not None and saved != wanted:
+            keys = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+            raise CheckpointError(
+                f"checkpoint {where} was written with other settings: " + "; ".join(
+                    f"{k}: {saved.get(k)!r} then, {wanted.get(k)!r} now" for k in keys[:6])
+                + (f" (and {len(keys) - 6} more)" if len(keys) > 6 else "")
+                + ". Resuming would continue one run with another's settings; use another --workdir, or the run's "
+                  "own settings (its hparams.json)")
         abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=getattr(v, "sharding", None))
                     for k, v in flatten_state(template_state).items()}
         try:

@@ -61,7 +61,10 @@ def load_prepared(config, *, kind: str, prepare, tokenizer, workdir, splits=None
     """(train rows, validation rows or None, stats) of `config.data`: `splits` (default: `load_splits` of `kind`)
     through `prepare(examples, tokenizer, seq_len=, overflow=, split=, **options)`, the trainer's tokenizer and
     packer (SFT's `prepare_sft`, DPO's `prepare_dpo`, KTO's `prepare_kto`)."""
-    splits = splits if splits is not None else load_splits(config.data, kind=kind, workdir=workdir)
+    if splits is None:
+        splits = load_splits(config.data, kind=kind, workdir=workdir)
+    else:  # rows handed over in memory (the pipelines) pass the same checks as a JSONL file's lines
+        splits = {name: normalized(rows, kind=kind, split=name) for name, rows in splits.items()}
     d = config.data
     rows, stats = prepare(splits["train"], tokenizer, seq_len=d.seq_len, overflow=d.overflow, split="train",
                           **options)
@@ -70,6 +73,24 @@ def load_prepared(config, *, kind: str, prepare, tokenizer, workdir, splits=None
         val_rows, _ = prepare(splits["validation"], tokenizer, seq_len=d.seq_len, overflow=d.overflow,
                               split="validation", **options)
     return rows, val_rows, stats
+
+
+def normalized(rows, *, kind: str, split: str) -> list[dict]:
+    """`rows` as the JSONL reader would give them (`chat_jsonl.normalize_record`, KTO's `normalize_unpaired`): a
+    missing field, a completion that is a number or a label that is a string is a ValueError naming the split and
+    row (a KeyError or TypeError deep in tokenization before, and `float(bool("false"))` read a KTO label as
+    desirable)."""
+    from reasoner.data.chat_jsonl import normalize_record
+    from reasoner.data.unpaired import normalize_unpaired
+
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{split} split, row {i}"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a dict, got {type(row).__name__}")
+        out.append(normalize_unpaired(row, where=where) if kind == "kto" else
+                   normalize_record(row, kind=kind, where=where))
+    return out
 
 
 def batch_iterator(config, rows: dict):

@@ -163,6 +163,25 @@ def is_primary() -> bool:
     return primary()
 
 
+# Settings a resume may change: how long and how often (a longer run, other checkpoint cadence), where the logs
+# go, the mesh (a restart on other devices), memory trade-offs. Any other difference would continue one run with
+# another's data, optimizer or model: refused (`RunCheckpoints` compares the rest).
+RESUMABLE_SETTINGS = ("train.num_steps", "train.num_epochs", "train.checkpoint_every", "train.keep_checkpoints",
+                      "train.async_checkpoint", "train.max_nonfinite_steps", "train.eval_every", "log.", "mesh",
+                      "single_device", "model.remat", "export_dir", "dqn.num_episodes", "dqn.checkpoint_every",
+                      "dqn.max_nonfinite_steps")
+
+
+def resume_settings(config) -> dict:
+    """The flattened config a checkpoint records, less RESUMABLE_SETTINGS, as JSON values (what orbax keeps)."""
+    import json
+
+    flat = flatten_config(config)
+    kept = {k: v for k, v in flat.items()
+            if not any(k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_SETTINGS)}
+    return json.loads(json.dumps(kept, default=str))
+
+
 # ---------------------------------------------------------------------------------------------- loop
 def run_loop(run: LoopRun, *, source: Source, update: Callable[[TrainState, Any], tuple[TrainState, dict]], workdir,
              trainer: str, meta: dict, eval_fn: Callable[[TrainState], dict[str, float]] | None = None,
@@ -178,7 +197,7 @@ def run_loop(run: LoopRun, *, source: Source, update: Callable[[TrainState, Any]
     ckpt = RunCheckpoints(workdir, keep=int(train_cfg.keep_checkpoints), best_metric=best_metric,
                           best_mode=best_mode, async_save=bool(train_cfg.async_checkpoint))
     writer = open_writers(workdir, log=run.config.get("log"), enabled=is_primary())  # config.log.writers
-    writer.hparams(flatten_config(run.config))
+    meta = {**meta, "config": resume_settings(run.config)}
     state = run.state
     resumed_from = ckpt.latest_step()
     if resumed_from is not None:
@@ -186,6 +205,7 @@ def run_loop(run: LoopRun, *, source: Source, update: Callable[[TrainState, Any]
         resumed_from = int(restored["step"])  # the newest intact one: damaged newer checkpoints are skipped
         source.set_state(data_state)
         writer.truncate_after(int(resumed_from))
+    writer.hparams(flatten_config(run.config))  # after the restore: a refused resume leaves the run's record
     guard = NonFiniteGuard(int(train_cfg.max_nonfinite_steps))
     peak = peak_flops_per_device()
     n_devices = 1 if run.mesh is None else run.mesh.devices.size

@@ -88,22 +88,21 @@ def register(subparsers) -> None:
 def load(spec: str | None, overrides, method: str = "astar") -> object:
     from reasoner.config import load_config
 
-    from trainers.run import use_config_rules
-
-    config = load_config(spec or default_config(method), list(overrides or []))
-    use_config_rules(config)  # the config's sharding table, before any model is laid out
-    return config
+    return load_config(spec or default_config(method), list(overrides or []))
 
 
 def use_single_device(config) -> None:
-    """Drops the simulated-device flag before JAX starts when the config asks for one device: on a CPU the
-    simulated devices split the same cores and only add collectives."""
-    if not config.get("single_device") or "jax" in sys.modules:
-        return
-    flags = os.environ.get("XLA_FLAGS", "").split()
-    kept = [f for f in flags if not f.startswith("--xla_force_host_platform_device_count")]
-    if len(kept) != len(flags):
-        os.environ["XLA_FLAGS"] = " ".join(kept)
+    """Drops the simulated-device flag before JAX starts when the config asks for one device (on a CPU the
+    simulated devices split the same cores and only add collectives), then installs the config's sharding table
+    (`trainers.run.use_config_rules`, which starts JAX): every command that runs a config calls this first."""
+    if config.get("single_device") and "jax" not in sys.modules:
+        flags = os.environ.get("XLA_FLAGS", "").split()
+        kept = [f for f in flags if not f.startswith("--xla_force_host_platform_device_count")]
+        if len(kept) != len(flags):
+            os.environ["XLA_FLAGS"] = " ".join(kept)
+    from trainers.run import use_config_rules
+
+    use_config_rules(config)  # the config's sharding table, before any model is laid out
 
 
 def method_of(config) -> str | None:
