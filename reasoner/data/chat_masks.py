@@ -29,6 +29,19 @@ from reasoner.tokenization import PromptCompletion, chat_ids, encode, encode_pro
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
+def _template_errors() -> tuple[type[Exception], ...]:
+    try:
+        from jinja2 import TemplateError
+    except ImportError:  # pragma: no cover - transformers brings jinja2
+        return (ValueError,)
+    return (ValueError, TemplateError)
+
+
+# what encoding a record can raise for bad input: our checks (ValueError) and a chat template's own
+# `raise_exception` (jinja2's TemplateError: e.g. Mistral's "roles must alternate"); re-raised naming the row
+TEMPLATE_ERRORS = _template_errors()
+
+
 def has_generation_markers(tokenizer) -> bool:
     """Whether the tokenizer's chat template marks assistant output with `{% generation %}`."""
     template = getattr(tokenizer, "chat_template", None)
@@ -99,5 +112,5 @@ def encode_sft_example(tokenizer, example: Mapping[str, Any], *, where: str) -> 
         encode_fn = marked_prompt_completion if has_generation_markers(tokenizer) else incremental_prompt_completion
         return encode_fn(tokenizer, prompt=list(example["prompt"]), completion=example["completion"],
                          tools=example.get("tools"))
-    except ValueError as err:
+    except TEMPLATE_ERRORS as err:
         raise ValueError(f"{where}: {err}") from None

@@ -133,13 +133,20 @@ def prepare_dpo(
         raise ValueError(f"data.overflow={overflow!r}; expected one of {OVERFLOW_MODES}")
     stats = DataStats()
     chosen_docs, rejected_docs = [], []
+    from reasoner.data.chat_masks import TEMPLATE_ERRORS
+
+    name = getattr(examples, "name", None) or f"{split} split"
     for i in range(len(examples)):
         ex = examples[i]
         stats.examples += 1
         sides = []
         truncated = False
         for key in ("chosen", "rejected"):
-            pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex[key], tools=ex.get("tools"))
+            try:
+                pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex[key],
+                                              tools=ex.get("tools"))
+            except TEMPLATE_ERRORS as err:  # no location before: a DPO pair's error named no row
+                raise ValueError(f"{name}, row {i} ({key}): {err}") from None
             if len(pc.ids) > seq_len:
                 truncated = True
             sides.append((pc.ids, pc.completion_mask))

@@ -105,6 +105,8 @@ def prepare_kto(examples: Sequence[dict[str, Any]], tokenizer, *, seq_len: int, 
 
     if overflow not in OVERFLOW_MODES:
         raise ValueError(f"data.overflow={overflow!r}; expected one of {OVERFLOW_MODES}")
+    from reasoner.data.chat_masks import TEMPLATE_ERRORS
+
     stats = DataStats()
     name = getattr(examples, "name", None) or f"{split} split"
     kept: list[tuple[int, Any]] = []
@@ -114,7 +116,7 @@ def prepare_kto(examples: Sequence[dict[str, Any]], tokenizer, *, seq_len: int, 
         try:
             pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex["completion"],
                                           tools=ex.get("tools"))
-        except ValueError as err:
+        except TEMPLATE_ERRORS as err:
             raise ValueError(f"{name}, row {i}: {err}") from None
         over = len(pc.ids) > seq_len
         if (over and overflow == "drop") or pc.prompt_len >= seq_len or not any(pc.completion_mask[:seq_len]):

@@ -96,3 +96,28 @@ def test_empty_split_is_a_clear_error_and_builds_leave_no_empty_dirs(tmp_path):
     build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")
     empty = [p for p in (tmp_path / "tfds").rglob("*") if p.is_dir() and not any(p.iterdir())]
     assert empty == []  # TFDS's empty downloads/ tree is removed
+
+
+def test_a_template_that_raises_is_named_with_its_row(tokenizer):
+    # a chat template's raise_exception (Mistral's "roles must alternate") escaped as a jinja2 TemplateError with no
+    # row, and a DPO pair's encoding errors named no row at all
+    import copy
+
+    from reasoner.data.pipeline import prepare_dpo, prepare_sft
+    from reasoner.data.unpaired import prepare_kto
+
+    strict = copy.deepcopy(tokenizer)
+    strict.chat_template = (
+        "{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate') }}{% endif %}"
+        "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    ok = [{"role": "user", "content": "Q?"}]
+    twice = ok + [{"role": "user", "content": "again"}]
+    with pytest.raises(ValueError, match=r"train split, row 1: Conversation roles must alternate"):
+        prepare_sft([{"prompt": ok, "completion": "A"}, {"prompt": twice, "completion": "B"}], strict, seq_len=64)
+    with pytest.raises(ValueError, match=r"train split, row 1 \(chosen\): Conversation roles must alternate"):
+        prepare_dpo([{"prompt": ok, "chosen": "A", "rejected": "B"}, {"prompt": twice, "chosen": "B", "rejected": "C"}],
+                    strict, seq_len=64)
+    with pytest.raises(ValueError, match=r"train split, row 0: Conversation roles must alternate"):
+        prepare_kto([{"prompt": twice, "completion": "A", "label": True}], strict, seq_len=64)
