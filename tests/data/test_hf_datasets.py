@@ -291,3 +291,12 @@ def test_first_sft_step_on_a_messages_dataset_has_the_hand_loss(tmp_path):
     assert int(jax.device_get(state.step)) == 1
     np.testing.assert_allclose(float(metrics["loss"]), expected, rtol=0,
                                atol=_loss_atol(logits, s.run.model_cfg, expected=expected, count=count))
+
+
+def test_a_malformed_jsonl_line_under_hf_path_names_file_and_line(tmp_path):
+    # Arrow said "Expected object or value at position 28" and named neither
+    from reasoner.data.hf_datasets import load_chat_splits
+
+    (tmp_path / "train.jsonl").write_text('{"prompt": "hi", "completion": "x"}\n{"prompt": "hi", "completion":\n')
+    with pytest.raises(ValueError, match=r"train\.jsonl:2: not valid JSON"):
+        load_chat_splits(str(tmp_path), kind="sft")
