@@ -59,12 +59,15 @@ def judge_messages(kind: str, *, source: str, observation: str, reasoning: str) 
 
 
 def think_span(completion: str) -> str:
-    """The `<think>...</think>` content of a completion (an unterminated `<think>` runs to the end); the whole
-    completion when there is none (App. D.3: the judges then see everything)."""
+    """The `<think>...</think>` content of a completion (an unterminated `<think>` runs to the end); the text before
+    a lone `</think>` when the chat template opened the block in the prompt (DeepSeek-R1-style templates end the
+    generation prompt with `<think>`, so the completion holds only the close); the whole completion when there is
+    neither (App. D.3: the judges then see everything)."""
     lower = completion.lower()
     start = lower.find("<think>")
     if start < 0:
-        return completion
+        close = lower.find("</think>")
+        return completion[:close].strip() if close >= 0 else completion
     end = lower.find("</think>", start)
     return completion[start + len("<think>"):end if end >= 0 else len(completion)].strip()
 

@@ -102,6 +102,9 @@ def test_think_span_is_judged_and_missing_think_sends_everything(judge_url):
     assert "<reasoning_chain>no think tags, FORWARD</reasoning_chain>" in srv.bodies[-1]["messages"][1]["content"]
     direc(["<think>inner</think><answer>FORWARD</answer>"], examples=[{"prompt": "pairs"}])
     assert "<reasoning_chain>inner</reasoning_chain>" in srv.bodies[-1]["messages"][1]["content"]
+    # an R1-style template opened <think> in the prompt: the span is what precedes the lone close, not the answer
+    direc(["opened by the template</think><answer>FORWARD</answer>"], examples=[{"prompt": "pairs"}])
+    assert "<reasoning_chain>opened by the template</reasoning_chain>" in srv.bodies[-1]["messages"][1]["content"]
 
 
 def test_bad_judge_spec_is_a_clear_error():
