@@ -92,6 +92,11 @@ def test_an_override_without_value_is_named_not_the_option_after_it(tmp_path):
     done = subprocess.run([sys.executable, "-m", "reasoner.cli", "train", "--config", "configs/sft_astar.py:tiny",
                            "--workdir", "gs://bucket/run1"], capture_output=True, text=True)
     assert done.returncode == 2 and "is a URL; expected a filesystem path" in done.stderr
+    for argv, message in ((["bench", "parsers", "--repeats", "0"], "--repeats: expected an integer > 0"),
+                          (["data", "build", "deeprd", "--train", "-1"], "--train: expected an integer > 0"),
+                          (["data", "build", "deeprd", "--test", "-1"], "--test: expected an integer >= 0")):
+        done = subprocess.run([sys.executable, "-m", "reasoner.cli", *argv], capture_output=True, text=True)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
 def test_parse_value_and_split_overrides():

@@ -9,6 +9,8 @@ Prints {"ours_tok_s", "baseline_tok_s", "ratio", "compile_s", "max_abs_logprob_d
 
 from __future__ import annotations
 
+from reasoner.cli.arg_types import positive_number
+
 import json
 
 
@@ -17,7 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--length", type=int, default=512)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=positive_number(int), default=3)
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=run)
 

@@ -34,6 +34,8 @@ the two timed in alternation: {"engine_step_ratio_batches", "engine_step_ms_inte
 
 from __future__ import annotations
 
+from reasoner.cli.arg_types import positive_number
+
 import json
 import time
 
@@ -44,7 +46,7 @@ def register(subparsers) -> None:
     p.add_argument("--batches", default="1,16", help="comma-separated batch sizes")
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=positive_number(int), default=3)
     p.add_argument("--no-engine", action="store_true", help="skip the rollout engine's figures")
     p.add_argument("--speculate", type=int, default=8,
                    help="draft tokens per step of the engine's prompt-lookup speculation (0: skip those figures)")

@@ -8,13 +8,15 @@ figures are medians of `--repeats`. Prints {"ours_s", "baseline_s", "ratio", ...
 
 from __future__ import annotations
 
+from reasoner.cli.arg_types import positive_number
+
 import json
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("load", help="checkpoint load time: ours vs transformers (GGUF)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="preset, .gguf file or HF directory")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=positive_number(int), default=3)
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.set_defaults(func=run)
 

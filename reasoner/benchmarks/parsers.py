@@ -13,6 +13,8 @@ noisy at 10 KB; compare growth, not single figures.
 
 from __future__ import annotations
 
+from reasoner.cli.arg_types import positive_number
+
 import json
 import os
 import time
@@ -24,7 +26,7 @@ SIZES = (10_000, 100_000, 1_000_000)
 def register(subparsers) -> None:
     parser = subparsers.add_parser("parsers", help="seconds per MB of the model-output parsers at 10 KB-1 MB")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=positive_number(int), default=3)
     parser.add_argument("--only", default="", help="comma-separated parser names (default: all)")
     parser.set_defaults(func=run)
 

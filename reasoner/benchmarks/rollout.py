@@ -41,6 +41,8 @@ cache alone.
 
 from __future__ import annotations
 
+from reasoner.cli.arg_types import positive_number
+
 import json
 import os
 import subprocess
@@ -70,7 +72,7 @@ def register(subparsers) -> None:
                    help="decode slots of the engine (0: prompts x samples, every row of the batch at once, as a "
                         "GRPO step submits them)")
     p.add_argument("--chunk-steps", type=int, default=4, help="engine decode steps between host checks")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=positive_number(int), default=3)
     p.add_argument("--systems", default="engine,static,hf,serve_engine,serve_static,session_engine,session_static")
     p.add_argument("--session-prompts", type=int, default=16, help="prompts of the multi-turn workload (x --samples)")
     p.add_argument("--turns", type=int, default=3, help="turns of the multi-turn workload")

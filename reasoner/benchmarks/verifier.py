@@ -17,6 +17,8 @@ shared with other jobs lowers `speedup` (the second worker has no free core) wit
 
 from __future__ import annotations
 
+from reasoner.cli.arg_types import positive_number
+
 import json
 import os
 import statistics
@@ -27,7 +29,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("verifier", help="Z3 through the verifier pool vs in-process")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=positive_number(int), default=3)
     parser.add_argument("--copies", type=int, default=4, help="copies of the base mix of 8 scripts")
     from reasoner.benchmarks.verifier_soak import add_arguments
 

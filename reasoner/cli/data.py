@@ -12,6 +12,8 @@ mean/median pushes and pops of host A* per heuristic (paper Figs. 5-6), plus pus
 
 from __future__ import annotations
 
+from reasoner.cli.arg_types import non_negative_int, positive_number
+
 import contextlib
 import hashlib
 import json
@@ -29,9 +31,9 @@ def register(subparsers) -> None:
     deeprd = which.add_parser("deeprd", help="generate DeepRD (defaults: 2000/200/500, L 5..10, B 4..8)")
     deeprd.add_argument("--data-dir", default=None, help="TFDS data dir (default: TFDS's)")
     deeprd.add_argument("--seed", type=int, default=0)
-    deeprd.add_argument("--train", type=int, default=2000)
-    deeprd.add_argument("--validation", type=int, default=200)
-    deeprd.add_argument("--test", type=int, default=500)
+    deeprd.add_argument("--train", type=positive_number(int), default=2000)
+    deeprd.add_argument("--validation", type=non_negative_int, default=200)
+    deeprd.add_argument("--test", type=non_negative_int, default=500)
     deeprd.add_argument("--lookahead", type=int, nargs=2, default=(5, 10), metavar=("MIN", "MAX"))
     deeprd.add_argument("--branches", type=int, nargs=2, default=(4, 8), metavar=("MIN", "MAX"))
     deeprd.add_argument("--jsonl", default=None, help="also write every split as JSON lines to this path prefix")

@@ -71,7 +71,7 @@ def register(subparsers) -> None:
     parser.add_argument("--judge-endpoint", default=None, metavar="URL",
                         help="cedar: an OpenAI-compatible judge (e.g. a `reasoner serve` URL ending in /v1) instead "
                              "of the embedded model in-process")
-    from reasoner.cli.paths import local_workdir
+    from reasoner.cli.arg_types import local_workdir
 
     parser.add_argument("--workdir", required=True, type=local_workdir,
                         help="output directory (data, checkpoints, report)")

@@ -25,21 +25,7 @@ import json
 import os
 import sys
 
-
-def positive_number(kind):
-    """An argparse type: a number of `kind` (int or float) > 0, else a one-line error naming the value."""
-    noun = "an integer" if kind is int else "a number"
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {noun} > 0, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"expected {noun} > 0, got {text!r}")
-        return value
-    parse.__name__ = f"positive {kind.__name__}"
-    return parse
+from reasoner.cli.arg_types import positive_number
 
 
 def register(subparsers) -> None:

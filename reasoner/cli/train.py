@@ -26,7 +26,7 @@ def register(subparsers) -> None:
                     "--config.KEY=VALUE overrides any config entry.")
     parser.add_argument("--config", required=True, metavar="FILE[:VARIANT]",
                         help="config file and optional variant, e.g. configs/sft_astar.py:tiny")
-    from reasoner.cli.paths import local_workdir
+    from reasoner.cli.arg_types import local_workdir
 
     parser.add_argument("--workdir", required=True, type=local_workdir,
                         help="run directory (checkpoints, metrics); resumed if present")
