@@ -25,6 +25,7 @@ from configs import common
 from reasoner.config import apply_overrides
 from reasoner.metrics.curves import read_metrics
 from reasoner.metrics.writers import completion_rows, flatten_config, open_writers, writer_names
+from tests.loop_stubs import Steps
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOSSES = {1: 0.75, 2: 0.5, 3: 1 / 3, 4: 0.1}  # 1/3 and 0.1 are not float32-exact: rounding shows
@@ -147,28 +148,6 @@ def test_wandb_offline_run_holds_the_logged_values(tmp_path, monkeypatch):
     assert table["columns"] == ["prompt", "completion", "reward"] and table["data"] == [["p", "c", 0.5]]
 
 
-class _Stream:
-    """A checkpointable source of `total_steps` items (the loop's Source protocol)."""
-
-    def __init__(self, total_steps):
-        self.step, self.total_steps = 0, total_steps
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.step >= self.total_steps:
-            raise StopIteration
-        self.step += 1
-        return self.step
-
-    def get_state(self):
-        return {"step": self.step}
-
-    def set_state(self, state):
-        self.step = int(state["step"])
-
-
 def _tiny_run(config):
     """What `run_loop` reads of a Run: config, a state pytree to checkpoint, the mesh's device count."""
     from trainers.state import TrainState
@@ -206,7 +185,7 @@ def test_run_loop_logs_config_scalars_and_tables_and_survives_a_failing_writer(t
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = run_loop(_tiny_run(c), source=_Stream(3), update=update, workdir=tmp_path, trainer="sft",
+        result = run_loop(_tiny_run(c), source=Steps(3), update=update, workdir=tmp_path, trainer="sft",
                           meta={"trainer": "test"}, progress=False)
     failures = [w for w in caught if "metrics writer" in str(w.message)]
     assert len(failures) == 1, [str(w.message) for w in caught]

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from reasoner.checkpoint import RunCheckpoints
+from tests.loop_stubs import Steps
 
 
 def test_relative_workdir_saves_and_restores(tmp_path, monkeypatch):
@@ -19,28 +20,6 @@ def test_relative_workdir_saves_and_restores(tmp_path, monkeypatch):
     restored = ckpt.restore(state, expected_meta=meta)
     ckpt.close()
     np.testing.assert_array_equal(np.asarray(restored[0]["w"]), np.asarray(state["w"]))
-
-
-class Steps:
-    """A checkpointable source of `total_steps` items."""
-
-    def __init__(self, n):
-        self.step, self.total_steps = 0, n
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.step >= self.total_steps:
-            raise StopIteration
-        self.step += 1
-        return self.step
-
-    def get_state(self):
-        return {"step": self.step}
-
-    def set_state(self, state):
-        self.step = state["step"]
 
 
 def _run(workdir, *, steps=3, every=1, **sections):
