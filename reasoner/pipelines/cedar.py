@@ -132,6 +132,8 @@ def plot_rewards(metrics_path, png_path) -> pathlib.Path:
 def run(config, *, workdir, progress: bool = True) -> dict:
     """Runs every stage (module docstring); returns the report (also written to report/report.json)."""
     from reasoner.data.jsonl import write_jsonl
+    import jax
+
     from reasoner.sharding import make_mesh
     from trainers import grpo
     from trainers.run import build_model, load_tokenizer_for
@@ -161,7 +163,9 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         raise ValueError(f"the mixture has {len(mixture.train)} training and {len(mixture.validation)} validation "
                          "rows: raise data.scale / data.validation_scale or data.max_prompt_chars")
 
-    mesh = make_mesh(config.mesh)
+    # single_device: one device even where JAX already started with several (the CLI drops the simulated-device
+    # flag before JAX starts; a caller in a process that started JAX, such as a test, cannot)
+    mesh = make_mesh(config.mesh, devices=jax.devices()[:1] if config.get("single_device") else None)
     tokenizer = load_tokenizer_for(config.model)
     model = stage("load", lambda: build_model(config.model, mesh=mesh))
     judge = make_judge(config, model_factory=lambda: build_model(config.model, mesh=mesh), tokenizer=tokenizer,
@@ -176,7 +180,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     reward = composite_reward(config, judge)
     try:
         res = stage("grpo", lambda: grpo.train(cfg, workdir=workdir / "grpo", model=model, tokenizer=tokenizer,
-                                               examples=mixture.train, reward=reward, progress=progress))
+                                               examples=mixture.train, reward=reward, mesh=mesh, progress=progress))
     finally:
         reward.close()
     if res.preempted:
