@@ -18,12 +18,12 @@ problems/s of host and kernel.
 
 from __future__ import annotations
 
-from reasoner.cli.arg_types import positive_number
-
 import json
 import os
 import statistics
 import time
+
+from reasoner.cli.arg_types import positive_number
 
 HEURISTICS = ("zero", "dependency", "true")
 
@@ -36,7 +36,8 @@ def register(subparsers) -> None:
     p.add_argument("--queue", choices=("auto", "frontier", "dense", "blocked", "packed"), default="auto")
     p.add_argument("--sub-batches", type=int, default=1,
                    help="group problems by predicted pops into this many loops per device (1: one loop)")
-    p.add_argument("--repeats", type=positive_number(int), default=3, help="timed runs per measurement (median reported)")
+    p.add_argument("--repeats", type=positive_number(int), default=3,
+                   help="timed runs per measurement (median reported)")
     p.add_argument("--shards", type=int, default=0,
                    help="split the batch over this many devices (0: all local devices; on CPU one per core)")
     p.add_argument("--scaling", action="store_true", help="throughput by problem size for both queues")

@@ -9,9 +9,9 @@ Prints {"ours_tok_s", "baseline_tok_s", "ratio", "compile_s", "max_abs_logprob_d
 
 from __future__ import annotations
 
-from reasoner.cli.arg_types import positive_number
-
 import json
+
+from reasoner.cli.arg_types import positive_number
 
 
 def register(subparsers) -> None:

@@ -34,10 +34,10 @@ the two timed in alternation: {"engine_step_ratio_batches", "engine_step_ms_inte
 
 from __future__ import annotations
 
-from reasoner.cli.arg_types import positive_number
-
 import json
 import time
+
+from reasoner.cli.arg_types import positive_number
 
 
 def register(subparsers) -> None:

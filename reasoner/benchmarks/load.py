@@ -8,9 +8,9 @@ figures are medians of `--repeats`. Prints {"ours_s", "baseline_s", "ratio", ...
 
 from __future__ import annotations
 
-from reasoner.cli.arg_types import positive_number
-
 import json
+
+from reasoner.cli.arg_types import positive_number
 
 
 def register(subparsers) -> None:

@@ -13,12 +13,12 @@ noisy at 10 KB; compare growth, not single figures.
 
 from __future__ import annotations
 
-from reasoner.cli.arg_types import positive_number
-
 import json
 import os
 import time
 from collections.abc import Callable
+
+from reasoner.cli.arg_types import positive_number
 
 SIZES = (10_000, 100_000, 1_000_000)
 

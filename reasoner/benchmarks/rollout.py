@@ -41,12 +41,12 @@ cache alone.
 
 from __future__ import annotations
 
-from reasoner.cli.arg_types import positive_number
-
 import json
 import os
 import subprocess
 import sys
+
+from reasoner.cli.arg_types import positive_number
 
 QUESTIONS = [
     "Prove that the sum of two even numbers is even.",

@@ -17,12 +17,12 @@ shared with other jobs lowers `speedup` (the second worker has no free core) wit
 
 from __future__ import annotations
 
-from reasoner.cli.arg_types import positive_number
-
 import json
 import os
 import statistics
 import time
+
+from reasoner.cli.arg_types import positive_number
 
 
 def register(subparsers) -> None:

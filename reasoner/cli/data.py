@@ -12,12 +12,12 @@ mean/median pushes and pops of host A* per heuristic (paper Figs. 5-6), plus pus
 
 from __future__ import annotations
 
-from reasoner.cli.arg_types import non_negative_int, positive_number
-
 import contextlib
 import hashlib
 import json
 import sys
+
+from reasoner.cli.arg_types import non_negative_int, positive_number
 
 
 def register(subparsers) -> None:

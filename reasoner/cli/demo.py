@@ -92,17 +92,14 @@ def load(spec: str | None, overrides, method: str = "astar") -> object:
 
 
 def use_single_device(config) -> None:
-    """Drops the simulated-device flag before JAX starts when the config asks for one device (on a CPU the
-    simulated devices split the same cores and only add collectives), then installs the config's sharding table
-    (`trainers.run.use_config_rules`, which starts JAX): every command that runs a config calls this first."""
-    if config.get("single_device") and "jax" not in sys.modules:
-        flags = os.environ.get("XLA_FLAGS", "").split()
-        kept = [f for f in flags if not f.startswith("--xla_force_host_platform_device_count")]
-        if len(kept) != len(flags):
-            os.environ["XLA_FLAGS"] = " ".join(kept)
-    from trainers.run import use_config_rules
-
-    use_config_rules(config)  # the config's sharding table, before any model is laid out
+    """Drops the simulated-device flag before JAX starts when the config asks for one device: on a CPU the
+    simulated devices split the same cores and only add collectives."""
+    if not config.get("single_device") or "jax" in sys.modules:
+        return
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    kept = [f for f in flags if not f.startswith("--xla_force_host_platform_device_count")]
+    if len(kept) != len(flags):
+        os.environ["XLA_FLAGS"] = " ".join(kept)
 
 
 def method_of(config) -> str | None:
@@ -125,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
     asked = getattr(args, "method", None)
     try:
-        if getattr(args, "config", None):  # the method may come from the config (`reasoner demo --config configs/smt_demo.py:tiny`)
+        if getattr(args, "config", None):  # the method may come from the config (`demo --config configs/smt_demo.py`)
             config = load(args.config, getattr(args, "config_overrides", []))
             found = method_of(config)
             if asked and found and found != asked:
@@ -146,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
             return _refused(name, f"{flag} is not used by this demo (it is for: "
                                   f"{', '.join(m for m, spec in METHODS.items() if attr in _flags_of(spec))})")
     use_single_device(config)
+    from trainers.run import use_config_rules  # starts JAX: after the device choice above
+
+    use_config_rules(config)  # the config's sharding table, before any model is laid out
     if method.endpoint and getattr(args, method.endpoint[0], None):
         config[method.endpoint[1]].endpoint = getattr(args, method.endpoint[0])
     if method.data_key and getattr(args, "data_dir", None):

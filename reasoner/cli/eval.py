@@ -142,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"reasoner eval: {err}", file=sys.stderr)
         return 2
     use_single_device(config)
+    from trainers.run import use_config_rules  # starts JAX: after the device choice above
+
+    use_config_rules(config)  # the config's sharding table, before any model is laid out
     from reasoner.evaluation import evaluate, reference_efficiency, write_report
     from reasoner.pipelines.astar import _eval_settings, _split_records, format_table
     from reasoner.tasks.astar import problem_from_record

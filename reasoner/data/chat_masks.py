@@ -24,22 +24,16 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from jinja2 import TemplateError
+
 from reasoner.tokenization import PromptCompletion, chat_ids, encode, encode_prompt_completion, render_chat
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
-def _template_errors() -> tuple[type[Exception], ...]:
-    try:
-        from jinja2 import TemplateError
-    except ImportError:  # pragma: no cover - transformers brings jinja2
-        return (ValueError,)
-    return (ValueError, TemplateError)
-
-
 # what encoding a record can raise for bad input: our checks (ValueError) and a chat template's own
 # `raise_exception` (jinja2's TemplateError: e.g. Mistral's "roles must alternate"); re-raised naming the row
-TEMPLATE_ERRORS = _template_errors()
+TEMPLATE_ERRORS = (ValueError, TemplateError)
 
 
 def has_generation_markers(tokenizer) -> bool:

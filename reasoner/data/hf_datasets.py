@@ -91,17 +91,17 @@ def load_hf(path, *, cache_dir=None) -> dict[str, Any]:
     from reasoner.distributed import primary_first
 
     file_format = formats.pop()
-    if any(p.suffix == ".jsonl" for p in files.values()):
-        from reasoner.data.jsonl import iter_jsonl
-
-        for p in files.values():  # Arrow's parse errors name neither the file nor the line: ours first
-            for _ in iter_jsonl(p, what="one record (row) per line"):
-                pass
     try:  # process 0 fills the Arrow cache, the other processes of a job then read it
         loaded = primary_first(f"hf_datasets:{path}", lambda: datasets.load_dataset(
             file_format, data_files={s: str(p) for s, p in files.items()},
             cache_dir=None if cache_dir is None else str(cache_dir)))
     except Exception as err:  # noqa: BLE001 - Arrow / datasets raise many types for a bad file
+        from reasoner.data.jsonl import iter_jsonl
+
+        for p in files.values():  # Arrow's parse errors name neither the file nor the line: ours do
+            if p.suffix == ".jsonl":
+                for _ in iter_jsonl(p, what="one record (row) per line"):
+                    pass
         raise ValueError(f"data.hf_path: {path}: the datasets library could not read "
                          f"{sorted(p.name for p in files.values())}: {type(err).__name__}: {err}") from err
     return dict(loaded)

@@ -127,14 +127,13 @@ def prepare_dpo(
 
     A pair is kept only if both sides fit (or, with truncate, both keep completion tokens).
     """
+    from reasoner.data.chat_masks import TEMPLATE_ERRORS
     from reasoner.tokenization import encode_prompt_completion
 
     if overflow not in OVERFLOW_MODES:
         raise ValueError(f"data.overflow={overflow!r}; expected one of {OVERFLOW_MODES}")
     stats = DataStats()
     chosen_docs, rejected_docs = [], []
-    from reasoner.data.chat_masks import TEMPLATE_ERRORS
-
     name = getattr(examples, "name", None) or f"{split} split"
     for i in range(len(examples)):
         ex = examples[i]

@@ -94,7 +94,8 @@ class JudgeCounters:
 
 def ask_judge(judge: Judge, prompts: Sequence[Messages], parse, *, failed, counters: JudgeCounters | None = None):
     """Asks `judge` for every prompt; each reply goes through `parse(text, messages) -> (result, valid, reason)`
-    (messages: the prompt it answers), a failed call (None reply) gives `failed`. Returns the results in prompt order and counts every request in `counters`."""
+    (messages: the prompt it answers), a failed call (None reply) gives `failed`. Returns the results in prompt
+    order and counts every request in `counters`."""
     replies = judge.reply(list(prompts))
     if len(replies) != len(prompts):
         raise ValueError(f"judge {judge.judge_id!r} returned {len(replies)} replies for {len(prompts)} prompts")

@@ -131,9 +131,9 @@ def plot_rewards(metrics_path, png_path) -> pathlib.Path:
 
 def run(config, *, workdir, progress: bool = True) -> dict:
     """Runs every stage (module docstring); returns the report (also written to report/report.json)."""
-    from reasoner.data.jsonl import write_jsonl
     import jax
 
+    from reasoner.data.jsonl import write_jsonl
     from reasoner.sharding import make_mesh
     from trainers import grpo
     from trainers.run import build_model, load_tokenizer_for
