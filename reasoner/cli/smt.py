@@ -21,6 +21,7 @@ The teacher is chosen by `--model` and `--endpoint`:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -132,33 +133,63 @@ def compare_expected(rows: list[dict], tsv_path: str) -> dict:
     return {"agree": total - len(disagreements), "total": total, "disagreements": disagreements}
 
 
-def _finished_ids(path: str, samples: int) -> set[str]:
-    """Problem ids that already have `samples` rows in an existing rollout file (resume skips them). A last line
-    that is not a complete row (a kill mid-append) is cut off with a warning, so the next rows start on a line of
-    their own; a bad line before the last is an error naming it."""
-    counts: dict[str, int] = {}
+@dataclasses.dataclass(frozen=True)
+class RolloutFile:
+    """What an existing rollout file holds, read without changing it (`read_rollout_file`).
+
+    counts: rows per problem id. intact_bytes: where the complete rows end; a last line past it is not a complete
+    row (a kill mid-append) and `torn_line` is its 1-based number. newline_missing: the last complete row lacks its
+    newline (a kill between a row and its newline), so a row appended now would join its line."""
+
+    counts: dict[str, int]
+    intact_bytes: int = 0
+    torn_line: int | None = None
+    newline_missing: bool = False
+
+    def finished_ids(self, samples: int) -> set[str]:
+        """Problem ids that already have `samples` rows (resume skips them)."""
+        return {pid for pid, n in self.counts.items() if n >= samples}
+
+
+def read_rollout_file(path: str) -> RolloutFile:
+    """The rows of an existing rollout file (an empty `RolloutFile` when there is none). A last line that is not a
+    complete row is noted, not counted (`mend_rollout_file` cuts it); a bad line before the last is an error naming
+    it, since dropping it would lose a finished row silently."""
     if not os.path.isfile(path):
-        return set()
+        return RolloutFile(counts={})
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
-    offset = 0
+    counts: dict[str, int] = {}
+    offset = intact = 0
     for number, raw in enumerate(lines, 1):
         last = number == len(lines) or (number == len(lines) - 1 and not lines[-1])
-        if raw.strip():
-            try:
-                pid = json.loads(raw)["problem_id"]
-                counts[pid] = counts.get(pid, 0) + 1
-            except (ValueError, KeyError, TypeError):
-                if not last:
-                    raise ValueError(f"{path}:{number}: not a rollout row (expected JSON with problem_id); move the "
-                                     "file away to start afresh") from None
-                print(f"reasoner smt rollout: {path}:{number}: an incomplete last row (an interrupted write) is "
-                      "dropped; its problem runs again", file=sys.stderr)
-                with open(path, "r+b") as f:
-                    f.truncate(offset)
-                break
-        offset += len(raw) + 1
-    return {pid for pid, n in counts.items() if n >= samples}
+        offset += len(raw) + (number < len(lines))  # the line's bytes and its newline, when it has one
+        if not raw.strip():
+            continue
+        try:
+            pid = json.loads(raw)["problem_id"]
+            counts[pid] = counts.get(pid, 0) + 1
+            intact = offset
+        except (ValueError, KeyError, TypeError):
+            if not last:
+                raise ValueError(f"{path}:{number}: not a rollout row (expected JSON with problem_id); move the "
+                                 "file away to start afresh") from None
+            return RolloutFile(counts=counts, intact_bytes=intact, torn_line=number)
+    return RolloutFile(counts=counts, intact_bytes=intact, newline_missing=number == len(lines) and bool(raw.strip()))
+
+
+def mend_rollout_file(path: str, found: RolloutFile) -> None:
+    """Makes the next appended row start on a line of its own: cuts a torn last row (its problem runs again, as
+    `found` did not count it) or ends a last complete row that lacks its newline. Writes, so only the primary
+    process calls it."""
+    if found.torn_line is not None:
+        print(f"reasoner smt rollout: {path}:{found.torn_line}: an incomplete last row (an interrupted write) is "
+              "dropped; its problem runs again", file=sys.stderr)
+        with open(path, "r+b") as f:
+            f.truncate(found.intact_bytes)
+    elif found.newline_missing:
+        with open(path, "ab") as f:
+            f.write(b"\n")
 
 
 ROLLOUT_SETTINGS = ("dataset", "model", "endpoint", "samples", "t_max", "temperature", "top_p", "seed")
@@ -225,7 +256,10 @@ def run_rollout(args) -> int:
                              "samples and limit >= 1, retries >= 0")
         problems = load_problems(args.data_root, args.dataset, limit=args.limit)
         _check_resume_settings(args)
-        done = _finished_ids(args.out, args.samples)
+        found = read_rollout_file(args.out)
+        if is_primary():  # under a multi-process launch one process mends the file, as one appends to it
+            mend_rollout_file(args.out, found)
+        done = found.finished_ids(args.samples)
         policy, todo, per_batch = teacher(args, [p for p in problems if p.id not in done])
     except (ValueError, OSError) as err:
         print(f"reasoner smt rollout: {err}", file=sys.stderr)
