@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import os
+import pathlib
 import sys
 
 from reasoner.cli.arg_types import positive_number
@@ -47,7 +48,9 @@ def register(subparsers) -> None:
                                                "model or the symbolic teacher; resumes an existing --out file")
     rollout.add_argument("--dataset", required=True, choices=("proofwriter", "folio", "prontoqa", "arlsat",
                                                               "logicaldeduction"))
-    rollout.add_argument("--data-root", default=os.path.join("..", "shared", "data"))
+    rollout.add_argument("--data-root", default=None,
+                         help="the staged Logic-LLM data (default ../shared/data beside the checkout, wherever the "
+                              "command runs; a given relative path is taken from the current directory)")
     rollout.add_argument("--limit", type=positive_number(int), default=10, help="number of problems")
     rollout.add_argument("--samples", type=positive_number(int), default=1, help="episodes per problem")
     rollout.add_argument("--endpoint", help="base URL, e.g. http://127.0.0.1:8000/v1 (omit for a local model or "
@@ -79,6 +82,22 @@ def register(subparsers) -> None:
     from reasoner.cli import smt_eval
 
     smt_eval.add_parser(inner)  # `reasoner smt eval`: K-sample evaluation of a local model
+
+
+def default_data_root() -> str:
+    """`../shared/data` beside the checkout, where `reasoner demo`, `reasoner cedar` and the configs look: a default
+    relative to the current directory found nothing when the command ran from anywhere but the checkout."""
+    return str(pathlib.Path(__file__).resolve().parents[3] / "shared" / "data")
+
+
+def data_root(args) -> str:
+    """The --data-root to read (the default beside the checkout when none is given); FileNotFoundError naming it and
+    what was expected when it is not a directory."""
+    root = args.data_root or default_data_root()
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"--data-root {root}: no such directory; expected the staged Logic-LLM data (the "
+                                "workspace's shared/data, see its README for each file's public source)")
+    return root
 
 
 def read_script(path: str) -> str:
@@ -254,6 +273,7 @@ def run_rollout(args) -> int:
         if args.samples < 1 or args.limit < 1 or args.retries < 0:
             raise ValueError(f"--samples={args.samples}, --limit={args.limit}, --retries={args.retries}: expected "
                              "samples and limit >= 1, retries >= 0")
+        args.data_root = data_root(args)  # the symbolic teacher reads FOLIO's annotations under it too
         problems = load_problems(args.data_root, args.dataset, limit=args.limit)
         _check_resume_settings(args)
         found = read_rollout_file(args.out)
