@@ -37,10 +37,14 @@ def use_blocked(cfg: ModelConfig, T: int, has_cache: bool) -> bool:
     return cfg.attention == "blocked" or (T >= 128 and jax.default_backend() == "cpu")
 
 
-def write_rows(cache_BxSxKxD: jax.Array, chunk_BxTxKxD: jax.Array, index_B: jax.Array) -> jax.Array:
-    """Writes each row's chunk at that row's own offset."""
-    return jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))(
-        cache_BxSxKxD, chunk_BxTxKxD.astype(cache_BxSxKxD.dtype), index_B
+def write_rows(cache_BxS_: jax.Array, chunk_BxT_: jax.Array, index_B: jax.Array) -> jax.Array:
+    """Writes row b's chunk at slots `index_B[b] .. + T` of its cache row (any trailing dims: k/v [.., KV, Dh] or
+    segment ids). Slots past the end are dropped, not clamped: `dynamic_update_slice` would move the whole chunk
+    back onto the last T slots and silently overwrite earlier keys (`Decoder.hidden_states` marks such tokens)."""
+    T = chunk_BxT_.shape[1]
+    slots_T = jnp.arange(T, dtype=jnp.int32)
+    return jax.vmap(lambda c, u, i: c.at[i + slots_T].set(u, mode="drop"))(
+        cache_BxS_, chunk_BxT_.astype(cache_BxS_.dtype), index_B
     )
 
 

@@ -13,7 +13,9 @@ Public API
   - `cache`: a `KVCache` from `init_cache` or None. With a cache, row b writes its T new keys at
     slots `cache.index_B[b] .. + T` and attends to every earlier valid slot of its segment; the
     returned cache has `index_B + T`. Rows may sit at different offsets (multi-turn continuation);
-    set `cache.replace(index_B=...)` to write elsewhere. Logits are float32.
+    set `cache.replace(index_B=...)` to write elsewhere. Logits are float32. Writing past the cache's
+    `max_len` raises ValueError where the offsets are concrete (eager calls; the chunk length always); under
+    jit a token that lands past the end is not written and its logits are NaN (`check_room`).
 `model.hidden_states(...)` is the same call without the vocabulary projection, returning
 (hidden_BxTxD, cache); `model.logits(hidden)` projects. Trainers use them to compute
 log-probs chunk by chunk.
@@ -29,9 +31,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx, struct
 
-from reasoner.models.attention import Attention, attention_mask, use_blocked
+from reasoner.models.attention import Attention, attention_mask, use_blocked, write_rows
 from reasoner.models.config import ModelConfig
 from reasoner.models.layers import RMSNorm, SwiGLU, make_param
 from reasoner.models.rope import inverse_frequencies, rope_tables
@@ -63,6 +66,27 @@ def init_cache(cfg: ModelConfig, *, batch: int, max_len: int, dtype=None) -> KVC
         segment_ids_BxS=jnp.zeros((batch, max_len), jnp.int32),
         index_B=jnp.zeros((batch,), jnp.int32),
     )
+
+
+def check_room(cache: KVCache, new_tokens: int) -> None:
+    """Raises ValueError when writing `new_tokens` per row would run past the cache's `max_len` slots.
+
+    The chunk length is static and always checked; the row offsets `cache.index_B` only when they are concrete
+    (eager calls). Under jit they are traced: `Decoder.hidden_states` then drops the overflowing writes and
+    returns NaN for those tokens (see there)."""
+    S = cache.max_len
+    if new_tokens > S:
+        raise ValueError(f"a chunk of {new_tokens} new tokens does not fit a KV cache of {S} slots; "
+                         f"allocate init_cache(max_len >= prompt + new tokens)")
+    if isinstance(cache.index_B, jax.core.Tracer):
+        return
+    held = np.asarray(cache.index_B)
+    over = np.flatnonzero(held + new_tokens > S)
+    if over.size:
+        b = int(over[0])
+        raise ValueError(f"row {b}: its {int(held[b])} cached (prompt) tokens + {new_tokens} new tokens = "
+                         f"{int(held[b]) + new_tokens} exceed the KV cache length {S}; allocate "
+                         f"init_cache(max_len >= {int(held.max()) + new_tokens}) or write fewer tokens")
 
 
 # Logical axes of cache arrays, for `reasoner.sharding.logical_sharding`.
@@ -116,9 +140,9 @@ class Decoder(nnx.Module):
         if cache is None:
             index_B, kv_seg = None, segment_ids_BxT
         else:
+            check_room(cache, T)
             index_B = cache.index_B
-            kv_seg = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))(
-                cache.segment_ids_BxS, segment_ids_BxT, index_B)
+            kv_seg = write_rows(cache.segment_ids_BxS, segment_ids_BxT, index_B)
             q_slot_BxT = q_slot_BxT + index_B[:, None]
         # one mask per distinct window for all layers (None: the blocked path masks by segment ids itself)
         blocked = use_blocked(cfg, T, cache is not None)
@@ -140,6 +164,9 @@ class Decoder(nnx.Module):
         x = self.final_norm(x)
         if cache is None:
             return x, None
+        # Traced offsets cannot be checked on the host: a token past the cache was not written (`write_rows`
+        # drops it) and its hidden state is NaN, so an overflow shows instead of passing as wrong numbers.
+        x = jnp.where((q_slot_BxT < cache.max_len)[:, :, None], x, jnp.nan)
         return x, KVCache(k=tuple(new_k), v=tuple(new_v), segment_ids_BxS=kv_seg, index_B=index_B + T)
 
     def logits(self, hidden_BxTxD) -> jax.Array:
