@@ -295,3 +295,51 @@ def echoed_verdicts(smt_code: str) -> list[str]:
         after_echo = after_open and kind == "symbol" and text == "echo"
         after_open = kind == "open"
     return found
+
+
+VERDICT_COMMANDS = frozenset({"check-sat", "check-sat-assuming", "check-sat-using", "query"})
+
+
+def verdict_pieces(smt_code: str) -> list[tuple[int, int, str | None]]:
+    """The script cut into consecutive pieces (start, end, command) that `z3_runner.run_script` runs one after the
+    other in one context: each top-level command that prints a verdict (`VERDICT_COMMANDS`, quoted too, as Z3
+    reads `(|check-sat|)`) is a piece of its own, named by `command`; the text between them is a piece with
+    command None. Why: Z3 answers `(get-info :reason-unknown)` only for its most recent check-sat, so the runner
+    asks after each one, and it reads verdicts only from what those commands printed (a `(simplify sat)` of a
+    constant named `sat` prints the same line).
+
+    The pieces join to the whole script, except that they end with a top-level `(exit)`, after which Z3 reads
+    nothing. Same tokens as `file_access`: text after an unterminated string or quoted symbol is inside it for Z3
+    too, so it is one last piece. A `)` with no `(` is left where it is (Z3 reports it and reads on). Linear;
+    never raises.
+    """
+    pieces: list[tuple[int, int, str | None]] = []
+    cut, depth, start, head, pos = 0, 0, 0, None, 0
+    while pos < len(smt_code):
+        match = _TOKEN.match(smt_code, pos)
+        if match is None:
+            break
+        kind, pos = match.lastgroup, match.end()
+        if kind in ("ws", "comment"):
+            continue
+        if kind == "open":
+            if depth == 0:
+                start, head = match.start(), None
+            elif depth == 1 and head is None:
+                head = ""  # the command's head is a list: no command name
+            depth += 1
+        elif kind == "close" and depth:
+            depth -= 1
+            if depth == 0 and head in VERDICT_COMMANDS:
+                if start > cut:
+                    pieces.append((cut, start, None))
+                pieces.append((start, pos, head))
+                cut = pos
+            elif depth == 0 and head == "exit":
+                pieces.append((cut, pos, None))
+                return pieces
+        elif depth == 1 and head is None:
+            head = match.group().strip("|") if kind in ("symbol", "quoted") else ""
+    if cut < len(smt_code):
+        pieces.append((cut, len(smt_code), None))
+    return pieces

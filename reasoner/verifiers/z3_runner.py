@@ -18,7 +18,14 @@ Z3 is not reliably usable after one.
 Rule for several `check-sat` and for errors (documented contract, tested):
   * `verdicts` lists every check-sat verdict in order; `sat_result` is the LAST one (the verdict
     of the final check-sat, as the harness of the paper reads "the exit line of (check-sat)"),
-    or None when the script printed no verdict;
+    or None when the script printed no verdict. A verdict is what a check-sat (check-sat-assuming,
+    check-sat-using, query) printed itself: a `(simplify sat)` of a constant named `sat`, or an error
+    message quoting a symbol `|\nunsat|`, prints a line that reads the same and is not one;
+  * a check-sat that gives up on the timeout ENDS the script, as `(exit)` would: nothing after it runs,
+    its `unknown` is the last verdict and the call fails with a "timeout" error. Z3 itself would read on,
+    and a `(reset)` (or `(reset-assertions)`, or a `(pop)` and an `(assert false)`) then a check-sat would
+    print a later, real verdict that stood in for the timeout, while the obligation was never decided; the
+    pool's hard deadline also counts the whole script, not each check-sat;
   * `error` is the first `(error "...")` message Z3 printed, wherever it occurs; `success` is True
     only when there was no error, no timeout and no memout. An error after a verdict therefore keeps
     the verdict in `sat_result` but makes `success` False: the script as written is broken;
@@ -50,6 +57,9 @@ DEFAULT_MEMORY_MB = 256
 MAX_OUTPUT_CHARS = 65536  # of a call's output and model kept in its result (the model sees 4,000 of them)
 _ERROR = re.compile(r'\(error "((?:[^"]|"")*)"\)', re.DOTALL)
 _REASON = re.compile(r':reason-unknown\s+"([^"]*)"')
+_POSITION = re.compile(r'(^\(error "line |^; .*line: )(\d+)( column |,? position: )(\d+)', re.MULTILINE)
+TIMEOUT_REASONS = ("timeout", "canceled")
+_ASK_REASON = "(get-info :reason-unknown)"
 # Z3's own out-of-memory errors are the whole message (after a position): an unknown constant named `memout`
 # ("unknown constant memout") must not read as one, or a script could have its worker killed on every call
 _MEMOUT_TEXT = re.compile(r"\s*(?:line \d+ column \d+: )?(?:out of memory|max\. memory exceeded|memout)\s*",
@@ -83,15 +93,17 @@ def verdict_lines(output: str) -> list[str]:
     return [line.strip() for line in output.splitlines() if line.strip() in VERDICTS]
 
 
-def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = None) -> Z3Result:
-    """Turn Z3's printed output into a Z3Result following the module's rule."""
+def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = None,
+                 verdicts: tuple[str, ...] | None = None) -> Z3Result:
+    """Turn Z3's printed output into a Z3Result following the module's rule. `verdicts` are what the script's
+    check-sat commands answered (`run_script` knows them); without them they are read from the output's lines."""
     from reasoner.verifiers.smtlib import top_level_spans
 
-    verdicts = tuple(verdict_lines(output))
+    verdicts = tuple(verdict_lines(output)) if verdicts is None else tuple(verdicts)
     errors = [m.group(1).replace('""', '"') for m in _ERROR.finditer(output)]
     models = [b for b in (output[a:e] for a, e in top_level_spans(output, code=False))
               if not b.startswith("(error") and ("define-fun" in b or b.startswith("(model") or b == "()")]
-    timed_out = bool(verdicts) and verdicts[-1] == "unknown" and reason_unknown in ("timeout", "canceled")
+    timed_out = bool(verdicts) and verdicts[-1] == "unknown" and reason_unknown in TIMEOUT_REASONS
     error = errors[0] if errors else (f"timeout: Z3 gave up ({reason_unknown})" if timed_out else None)
     return Z3Result(success=error is None, output=output, sat_result=verdicts[-1] if verdicts else None,
                     error=error, model=models[-1] if models else None, elapsed_s=elapsed_s,
@@ -138,9 +150,12 @@ def run_script(smt_code: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                memory_mb: int = DEFAULT_MEMORY_MB) -> Z3Result:
     """Run one script in this process (a pool worker, or the benchmark's bare baseline).
 
-    A script that would touch a file gets the refused result without reaching Z3. Raises
-    MemoryError when Z3 ran out of memory anywhere in the script, so that a pool replaces the
-    worker (Z3 is not reliably usable after a memout). `memory_mb` is Z3's absolute
+    A script that would touch a file gets the refused result without reaching Z3. The script runs piece by piece
+    in one context (`smtlib.verdict_pieces`: each check-sat alone), which Z3 prints exactly as it prints the whole
+    (error positions are shifted back to the script's own lines and columns), so that the reason of every
+    `unknown` is read right after its check-sat. A check-sat that gives up on the timeout ends the script, as
+    `(exit)` would (see the module's rule). Raises MemoryError when Z3 ran out of memory anywhere in the script,
+    so that a pool replaces the worker (Z3 is not reliably usable after a memout). `memory_mb` is Z3's absolute
     `memory_max_size`, the same for every call whatever the worker ran before.
     """
     if not isinstance(smt_code, str):
@@ -150,27 +165,75 @@ def run_script(smt_code: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
         return refused
     import z3
 
+    from reasoner.verifiers.smtlib import verdict_pieces
+
     start = time.perf_counter()
     z3.Z3_global_param_reset_all()
     z3.set_param("timeout", max(1, int(timeout_s * 1000)))
     z3.set_param("memory_max_size", int(memory_mb))
     context = z3.Context()  # must stay referenced while Z3 runs: ref() alone does not keep it alive
+    printed, verdicts, reason, where = [], [], None, _Position()
+    for begin, end, command in verdict_pieces(smt_code):
+        piece = smt_code[begin:end]
+        output = where.shift(_evaluate(z3, context, piece), piece)
+        printed.append(output)
+        said = output.split("\n", 1)[0].strip() if command else None
+        if said in VERDICTS:
+            verdicts.append(said)
+            reason = _reason_unknown(z3, context, where) if said == "unknown" else None
+        if is_memout(output, reason if said == "unknown" else None):
+            raise MemoryError(f"Z3 exceeded its memory cap of {memory_mb} MB ({reason or 'out of memory'})")
+        if said == "unknown" and reason in TIMEOUT_REASONS:
+            break  # a timeout ends the script: a later (reset) and check-sat must not stand in for it
+    return _capped(parse_output("".join(printed), elapsed_s=time.perf_counter() - start, reason_unknown=reason,
+                                verdicts=tuple(verdicts)))
+
+
+def _evaluate(z3, context, smt_code: str) -> str:
+    """What Z3 prints for `smt_code` in `context` (its state carries over from the previous pieces)."""
     try:
-        output = z3.Z3_eval_smtlib2_string(context.ref(), smt_code)
+        return z3.Z3_eval_smtlib2_string(context.ref(), smt_code)
     except z3.Z3Exception as err:
         # The API raises when an (error ...) was printed; the message is the full output.
-        output = err.value.decode("utf-8", "replace") if isinstance(err.value, bytes) else str(err.value)
-    reason = None
-    if any(line.strip() == "unknown" for line in output.splitlines()) or _memout_error(output):
-        try:
-            info = z3.Z3_eval_smtlib2_string(context.ref(), "(get-info :reason-unknown)")
-            match = _REASON.search(info)
-            reason = match.group(1) if match else None
-        except z3.Z3Exception:
-            reason = None
-    if is_memout(output, reason):
-        raise MemoryError(f"Z3 exceeded its memory cap of {memory_mb} MB ({reason or 'out of memory'})")
-    return _capped(parse_output(output, elapsed_s=time.perf_counter() - start, reason_unknown=reason))
+        return err.value.decode("utf-8", "replace") if isinstance(err.value, bytes) else str(err.value)
+
+
+def _reason_unknown(z3, context, where: _Position) -> str | None:
+    """Z3's reason for its most recent `unknown` ("timeout", "canceled", "memout", "incomplete ...")."""
+    where.asked(_ASK_REASON)
+    try:
+        match = _REASON.search(z3.Z3_eval_smtlib2_string(context.ref(), _ASK_REASON))
+    except z3.Z3Exception:
+        return None
+    return match.group(1) if match else None
+
+
+class _Position:
+    """Z3 keeps counting lines and columns from one evaluation in a context to the next, so the positions it
+    prints for a piece are the script's own but for the columns it counted past each evaluation's end (one) and
+    for a `(get-info :reason-unknown)` asked in between (its length and one), on the line where the piece starts:
+    `shift` takes them back off, so that the output is what Z3 prints for the whole script."""
+
+    def __init__(self):
+        self.line, self.extra = 1, 0
+
+    def shift(self, output: str, piece: str) -> str:
+        """`output`, printed for `piece` (the next one), with the extra columns taken off its piece's first line."""
+        line, extra = self.line, self.extra
+        if extra and "line" in output:
+            def moved(match: re.Match) -> str:
+                column = int(match.group(4)) - (extra if int(match.group(2)) == line else 0)
+                return f"{match.group(1)}{match.group(2)}{match.group(3)}{column}"
+
+            output = _POSITION.sub(moved, output)
+        newlines = piece.count("\n")
+        self.line += newlines
+        self.extra = (extra if not newlines else 0) + 1
+        return output
+
+    def asked(self, query: str) -> None:
+        """Z3 evaluated `query` (one line) between two pieces."""
+        self.extra += len(query.encode()) + 1
 
 
 def _capped(result: Z3Result) -> Z3Result:
