@@ -31,7 +31,7 @@ import time
 
 from reasoner.data.astar_traces import deeprd_records, sft_examples, write_jsonl
 from reasoner.metrics.intervals import format_interval
-from reasoner.pipelines.stages import StageTimer
+from reasoner.pipelines.stages import StageTimer, pipeline_devices
 from reasoner.tasks.astar import problem_from_record
 
 __all__ = ["run", "build_data", "format_table", "sft_config", "grpo_config"]
@@ -218,6 +218,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
     from reasoner.evaluation import evaluate, reference_efficiency, write_report
     from reasoner.models import load_model
+    from reasoner.sharding import make_mesh
     from trainers.run import build_model, load_tokenizer_for
 
     check_stages(config)
@@ -226,7 +227,10 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     timer = StageTimer(_log)
     total_start = time.perf_counter()
     settings = _eval_settings(config)
-    _log(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; workdir {workdir}")
+    # every stage on these devices: one under single_device, also where JAX started with several (a Python caller)
+    devices = pipeline_devices(config)
+    mesh = make_mesh(config.mesh, devices=devices)
+    _log(f"devices: {mesh.devices.size} x {jax.devices()[0].platform}; workdir {workdir}")
 
     splits = timer.stage("data", lambda: build_data(config, out_dir=workdir / "data"))
     test = splits["test"]["problems"]
@@ -237,11 +241,9 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     _log(f"data: " + ", ".join(f"{s} {len(splits[s]['records'])}" for s in SPLITS)
          + f"; test A* traces fitting in {settings.max_new_tokens} new tokens: {fits}/{len(lengths)}")
 
-    from reasoner.sharding import make_mesh
-
     reference = reference_efficiency(test)
     partial = {"timings_s": timer.seconds, "config": config.to_dict()}
-    base_model = build_model(config.model, mesh=make_mesh(config.mesh))
+    base_model = build_model(config.model, mesh=mesh)
     results = [timer.stage("eval_base", lambda: evaluate(base_model, tokenizer, test, settings, label="base",
                                                          progress=progress))]
     _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
@@ -261,11 +263,11 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         cfg = sft_config(config, export_dir=export_dir)
         data = {s: splits[s]["sft"] for s in ("train", "validation")}
         res = timer.stage("sft", lambda: sft.train(cfg, workdir=workdir / "sft", progress=progress,
-                                                   tokenizer=tokenizer, splits=data))
+                                                   tokenizer=tokenizer, splits=data, devices=devices))
         if res.preempted:
             return _preempted("sft")
         summary_models["sft"] = {"last_metrics": res.last_metrics, "eval_history": res.eval_history}
-        model = load_model(str(export_dir))
+        model = load_model(str(export_dir))  # on the first device (as under single_device)
         results.append(timer.stage("eval_sft", lambda: evaluate(model, tokenizer, test, settings,
                                                                 label=f"SFT ({config.data.heuristic})",
                                                                 progress=progress)))
@@ -277,7 +279,8 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         reward_name = ", ".join(r.get("as", r["name"]) for r in cfg.rewards)
         pool = splits["train"]["records"][: int(cfg.data.get("limit", 0)) or None]  # grpo.data.limit: first N
         res = timer.stage("grpo", lambda: grpo.train(
-            cfg, workdir=workdir / "grpo", model=model, tokenizer=tokenizer, examples=pool, progress=progress))
+            cfg, workdir=workdir / "grpo", model=model, tokenizer=tokenizer, examples=pool, mesh=mesh,
+            progress=progress))
         if res.preempted:
             return _preempted("grpo")
         per_step = [h.get("reward") for h in res.history]

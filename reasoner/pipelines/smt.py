@@ -34,7 +34,7 @@ import time
 
 from reasoner.data.jsonl import write_jsonl
 from reasoner.distributed import is_primary
-from reasoner.pipelines.stages import StageTimer
+from reasoner.pipelines.stages import StageTimer, pipeline_devices
 from reasoner.tasks.logic_llm import FILES
 
 TABLE_KEYS = ("pass@{k}", "pass^{k}", "avg@{k}", "vcr", "soundness")
@@ -225,6 +225,10 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     stage, seconds = timer.stage, timer.seconds
     start_all = time.perf_counter()
     r, k = config.rollout, int(config.eval.k)
+    # every stage on these devices: one under single_device, also where JAX started with several (a Python caller)
+    devices = pipeline_devices(config)
+    mesh = make_mesh(config.mesh, devices=devices)
+    _log(f"devices: {mesh.devices.size}; workdir {workdir}")
 
     train, test = stage("data", lambda: load_splits(config))
     _log(f"data: {len(train)} train / {len(test)} held-out problems from {', '.join(config.data.datasets)}")
@@ -254,7 +258,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
             _write_summary(workdir, summary)
             return report
 
-        base = build_model(config.model, mesh=make_mesh(config.mesh))
+        base = build_model(config.model, mesh=mesh)
 
         def local_teacher(spec):  # 'embedded': the demo's own model; else a preset or checkpoint with its tokenizer
             temperature, seed = float(config.teacher.temperature), config.seed + 2
@@ -282,7 +286,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
                 raise RuntimeError(f"no Gold trajectory to train on (teacher curation {summary['curation_teacher']})")
             cfg = _trainer_config(config, "sft", export_dir=workdir / "sft" / "export")
             res = stage("sft", lambda: sft.train(cfg, workdir=workdir / "sft", progress=progress, tokenizer=tokenizer,
-                                                 splits={"train": teacher.sft}))
+                                                 splits={"train": teacher.sft}, devices=devices))
             if res.preempted:
                 return {"preempted": "sft", **summary}
             del base
@@ -312,7 +316,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
                 if config.sft.enabled:  # the policy starts from, and its reference is, the SFT model
                     cfg.model.name = str(workdir / "sft" / "export")
                 res = stage("dpo", lambda: dpo.train(cfg, workdir=workdir / "dpo", progress=progress,
-                                                     tokenizer=tokenizer, splits={"train": pairs}))
+                                                     tokenizer=tokenizer, splits={"train": pairs}, devices=devices))
                 if res.preempted:
                     return {"preempted": "dpo", **summary}
                 model = load_model(str(workdir / "dpo" / "export"))

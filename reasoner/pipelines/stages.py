@@ -1,4 +1,5 @@
-"""The stage timer every paper pipeline runs its stages through (`reasoner demo`'s "stage X ... done in N s")."""
+"""What every paper pipeline shares: the stage timer it runs its stages through (`reasoner demo`'s "stage X ...
+done in N s") and the devices its stages run on (`pipeline_devices`)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,22 @@ class StageTimer:
         self.seconds[name] = round(time.perf_counter() - start, 1)
         self.log(f"stage {name} done in {self.seconds[name]:.1f} s")
         return out
+
+
+def pipeline_devices(config) -> list | None:
+    """The devices every stage of a pipeline runs on: the first device alone when `config.single_device` is set,
+    else None (every device).
+
+    The CLI also drops the simulated-device flag before JAX starts (`reasoner.cli.demo.use_single_device`), but a
+    Python caller in a process where JAX already started with several devices (a test, a notebook) cannot: the
+    pipeline itself must lay its models, trainers and evaluations on one device. A job of several processes has
+    no one device every process can use, so `single_device` there is a ValueError.
+    """
+    if not config.get("single_device"):
+        return None
+    import jax
+
+    if jax.process_count() > 1:
+        raise ValueError(f"single_device=True in a job of {jax.process_count()} processes: one device cannot hold a "
+                         "multi-process run; expected --config.single_device=False")
+    return jax.devices()[:1]
