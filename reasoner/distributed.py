@@ -10,8 +10,11 @@ touches a device. It decides from the environment:
   multi-task SLURM step (`SLURM_STEP_NUM_TASKS` > 1, i.e. under `srun`), or on a TPU slice whose
   `TPU_WORKER_HOSTNAMES` lists several workers: `jax.distributed.initialize()` with no arguments,
   so JAX's own cluster detection (SLURM variables, TPU metadata) finds the coordinator.
-  `REASONER_DISTRIBUTED=off` forces a single process.
 - Otherwise: a single process, nothing to do.
+
+`REASONER_DISTRIBUTED=off` (set by `launch/single_host.sh`) forces a single process and wins over every
+other variable, the explicit `REASONER_*` cluster included: nothing is joined, the `REASONER_*` variables
+are not read (not even checked), and `process_index()` is 0.
 
 On CPU the cross-process collectives use gloo (XLA's CPU default has none), which is
 what lets the tests run a sharded step over two local processes.
@@ -43,12 +46,23 @@ class ClusterSpec:
         return self.num_processes > 1
 
 
+def distributed_mode(env) -> str:
+    """`REASONER_DISTRIBUTED`: "" (unset), "auto" or "off"; ValueError naming it for any other value."""
+    mode = env.get("REASONER_DISTRIBUTED", "")
+    if mode not in ("", "auto", "off"):
+        raise ValueError(f"REASONER_DISTRIBUTED={mode!r}: expected 'auto' or 'off'")
+    return mode
+
+
 def cluster_from_env(env: dict[str, str] | None = None) -> ClusterSpec | None:
-    """The explicit cluster from `REASONER_*` variables, or None when they are absent.
+    """The explicit cluster from `REASONER_*` variables, or None when they are absent or when
+    `REASONER_DISTRIBUTED=off` (a single process, whatever else is set).
 
     Raises ValueError naming the variable when one is malformed or out of range.
     """
     env = os.environ if env is None else env
+    if distributed_mode(env) == "off":
+        return None
     keys = ("REASONER_COORDINATOR", "REASONER_NUM_PROCESSES", "REASONER_PROCESS_ID")
     present = [k for k in keys if env.get(k)]
     if not present:
@@ -73,9 +87,7 @@ def _auto_detectable(env) -> bool:
     `SLURM_NTASKS` alone is not enough: it is also set in the batch script outside `srun`, where
     joining would wait forever for peers that never start.
     """
-    mode = env.get("REASONER_DISTRIBUTED", "")
-    if mode not in ("", "auto", "off"):
-        raise ValueError(f"REASONER_DISTRIBUTED={mode!r}: expected 'auto' or 'off'")
+    mode = distributed_mode(env)
     if mode:
         return mode == "auto"
     try:
@@ -163,7 +175,7 @@ def process_index() -> int:
     """This process's index in the job (0 when single-process).
 
     Never initializes a JAX backend itself (that would make a later `jax.distributed.initialize` fail):
-    before the job is joined it answers from the `REASONER_*` variables.
+    before the job is joined it answers from the `REASONER_*` variables (0 under `REASONER_DISTRIBUTED=off`).
     """
     jax = sys.modules.get("jax")
     if _initialized or (jax is not None and jax.distributed.is_initialized()):
