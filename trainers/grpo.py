@@ -386,5 +386,6 @@ def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_ex
         from trainers.run import merged_for_export
 
         params = grpo_eval.export_params(run, result, workdir=workdir, settings=settings, meta=meta)
-        export_hf(merged_for_export(run, params), str(config.export_dir), tokenizer=run.tokenizer)
+        export_hf(merged_for_export(run, params), str(config.export_dir), tokenizer=run.tokenizer,
+                  base_model_name_or_path=run.config.model.get("name") or None)
     return result

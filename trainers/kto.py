@@ -225,5 +225,6 @@ def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None
     if config.get("export_dir") and not result.preempted:
         from reasoner.models.export import export_hf
 
-        export_hf(merged_for_export(s.run, result.state.params), str(config.export_dir), tokenizer=s.run.tokenizer)
+        export_hf(merged_for_export(s.run, result.state.params), str(config.export_dir), tokenizer=s.run.tokenizer,
+                  base_model_name_or_path=s.run.config.model.get("name") or None)
     return result

@@ -123,4 +123,5 @@ def export(run: Run, result: LoopResult, *, workdir, out_dir) -> str:
 
     params, _ = best_params(result, workdir=workdir, best_metric="val_loss",
                             meta={"trainer": "sft", "fingerprint": fingerprint(result.state)})
-    return export_hf(merged_for_export(run, params), str(out_dir), tokenizer=run.tokenizer)
+    return export_hf(merged_for_export(run, params), str(out_dir), tokenizer=run.tokenizer,
+                     base_model_name_or_path=run.config.model.get("name") or None)

@@ -144,14 +144,27 @@ def _write_json(path: str, obj) -> None:
         json.dump(obj, f, indent=2)
 
 
+def base_model_reference(name_or_path: str | None) -> str | None:
+    """What `adapter_config.json` records as the base: a local file or directory as its absolute path (PEFT resolves
+    a relative one against the loading process's working directory), anything else (a Hub id) unchanged."""
+    if not name_or_path:
+        return None
+    return os.path.abspath(name_or_path) if os.path.exists(name_or_path) else str(name_or_path)
+
+
 def export_peft_adapter(model, out_dir: str, *, base_model_name_or_path: str | None = None,
                         dtype: str = "float32") -> str:
-    """Writes `out_dir/adapter_config.json` and `out_dir/adapter_model.safetensors`; returns out_dir."""
+    """Writes `out_dir/adapter_config.json` and `out_dir/adapter_model.safetensors`; returns out_dir.
+
+    base_model_name_or_path: the checkpoint the adapters were trained on (`config.model.name`), so that
+      `peft.AutoPeftModelForCausalLM.from_pretrained(out_dir)` finds it; None writes null (load the base yourself).
+    """
     from safetensors.numpy import save_file
 
     from reasoner.distributed import is_primary
 
-    tensors, config = peft_tensors(model, dtype=dtype), peft_config(model, base_model_name_or_path=base_model_name_or_path)
+    base = base_model_reference(base_model_name_or_path)
+    tensors, config = peft_tensors(model, dtype=dtype), peft_config(model, base_model_name_or_path=base)
     if is_primary():
         os.makedirs(out_dir, exist_ok=True)
         save_file(tensors, os.path.join(out_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
@@ -180,7 +193,8 @@ def export_hf(model, out_dir: str, *, tokenizer=None, dtype: str = "float32",
 
     tokenizer: the run's tokenizer (its files and chat template are saved); without it the directory holds
       the model only and `AutoTokenizer.from_pretrained(out_dir)` cannot load.
-    base_model_name_or_path: recorded in the adapter's config when the model has LoRA adapters.
+    base_model_name_or_path: the base checkpoint (HF directory or Hub id) the LoRA adapters were trained on,
+      recorded in `adapter/adapter_config.json` (`base_model_reference`); the trainers pass `config.model.name`.
     """
     from safetensors.numpy import save_file
 
