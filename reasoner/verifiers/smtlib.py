@@ -281,6 +281,35 @@ def file_access(smt_code: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+# Z3 parameters and tactics that start threads (from `z3 -pd` and `z3.tactics()` of z3-solver 5.4.1, each seen to
+# raise the thread count of a check-sat but `smt.sls.enable`, documented as a co-processor "in parallel", and
+# `parallel.threads.max` / `parallel.num_bb_threads`, which size the parallel solver): a pool worker is one process
+# whose CPU and memory are budgeted for one thread. Refused whatever their value, as the file options are.
+THREAD_OPTIONS = frozenset({
+    "parallel.enable", "parallel.threads.max", "parallel.num_bb_threads", "smt.threads", "sat.threads",
+    "sat.local_search_threads", "sat.ddfw.threads", "smt.sls.enable",
+})
+_THREAD_OPTION_NAMES = THREAD_OPTIONS | {name.split(".", 1)[1] for name in THREAD_OPTIONS}
+THREAD_TACTICS = frozenset({"par-or", "par-then", "psat", "psmt", "pqffd"})
+
+
+def thread_starts(smt_code: str) -> list[str]:
+    """The options (as written, e.g. ":parallel.enable") and parallel tactics ("par-or", "psat", ...) of a script
+    that would make Z3 start threads, in order of first appearance; [] for a script that starts none.
+
+    Every keyword anywhere is checked, as in `file_access` (set-option, using-params and tactic attributes alike:
+    `(using-params smt :threads 4)` runs four); names compare as Z3 compares them (case-insensitive, `-` equal to
+    `_`), with or without their module. A parallel tactic counts wherever its name stands, quoted too: a
+    constant of that name is refused as well, which costs a rename. Same linear scan; never raises.
+    """
+    found: list[str] = []
+    for kind, text in _code_tokens(smt_code):
+        if kind == "keyword" and text[1:].lower().replace("-", "_") in _THREAD_OPTION_NAMES:
+            found.append(text)
+        elif kind in ("symbol", "quoted") and text.strip("|") in THREAD_TACTICS:
+            found.append(text)
+    return list(dict.fromkeys(found))
+
 def echoed_verdicts(smt_code: str) -> list[str]:
     """The `(echo "...")` commands whose text prints a line that reads as a verdict (sat, unsat, unknown): Z3
     prints it as if a check-sat had answered, so an echoed "unsat" before an error forged solver evidence. Same

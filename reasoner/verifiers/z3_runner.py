@@ -111,10 +111,11 @@ def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = 
 
 
 def refused_result(smt_code: str) -> Z3Result | None:
-    """The error result for a script that would touch a file (see `smtlib.file_access`), echo a verdict word
+    """The error result for a script that would touch a file (see `smtlib.file_access`), start threads
+    (`smtlib.thread_starts`: the pool budgets a call one thread of CPU and memory), echo a verdict word
     (`smtlib.echoed_verdicts`: read as a check-sat's answer) or holds a NUL character (Z3 takes a C string and
     would stop reading there, while curation grades the whole text), else None."""
-    from reasoner.verifiers.smtlib import echoed_verdicts, file_access
+    from reasoner.verifiers.smtlib import echoed_verdicts, file_access, thread_starts
 
     forged = echoed_verdicts(smt_code)
     if forged:
@@ -124,9 +125,13 @@ def refused_result(smt_code: str) -> Z3Result | None:
         return _refused(f"a NUL character at offset {smt_code.index(chr(0))} would end the script for Z3; expected "
                         "text without NUL")
     names = file_access(smt_code)
-    if not names:
-        return None
-    return _refused(f"{', '.join(names)} would make Z3 read or write a file; scripts may not touch files")
+    if names:
+        return _refused(f"{', '.join(names)} would make Z3 read or write a file; scripts may not touch files")
+    names = thread_starts(smt_code)
+    if names:
+        return _refused(f"{', '.join(names)} would make Z3 start threads, and a call is budgeted one CPU; scripts "
+                        "may not run Z3 in parallel")
+    return None
 
 
 def _refused(reason: str) -> Z3Result:
@@ -259,7 +264,7 @@ class Z3Runner:
     Owns a pool of `workers` processes unless one is passed in (then the caller closes it); its
     workers are jailed like the code sandbox where `unshare` works (`isolate="auto"`; "strict"
     refuses to start without the jail, "off" runs them unjailed). Scripts that would touch files
-    are refused in any case (`refused_result`).
+    or start threads are refused in any case (`refused_result`).
     """
 
     TARGET = "reasoner.verifiers.z3_runner:run_script"
