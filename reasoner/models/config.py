@@ -55,7 +55,10 @@ class ModelConfig:
     qk_norm: bool = False
     max_position_embeddings: int = 8192
     bos_token_id: int | None = None
-    eos_token_id: int | None = None
+    eos_token_id: int | None = None  # the first EOS id (what single-id callers read)
+    # Every EOS id (config.json may list several; transformers' generation stops on any). Normalised to include
+    # eos_token_id (prepended when missing); eos_token_id defaults to its first entry.
+    eos_token_ids: tuple[int, ...] = ()
     param_dtype: str = "float32"
     dtype: str = "float32"
     remat: bool = False
@@ -92,6 +95,12 @@ class ModelConfig:
         if layers and not self.sliding_window:
             raise ValueError(f"sliding_layers={layers} without a sliding_window; expected sliding_window > 0")
         object.__setattr__(self, "sliding_layers", layers)
+        eos_ids = tuple(int(i) for i in self.eos_token_ids)
+        if self.eos_token_id is None:
+            object.__setattr__(self, "eos_token_id", eos_ids[0] if eos_ids else None)
+        elif int(self.eos_token_id) not in eos_ids:
+            eos_ids = (int(self.eos_token_id),) + eos_ids
+        object.__setattr__(self, "eos_token_ids", eos_ids)
 
     def layer_window(self, layer: int) -> int:
         """The attention window of layer `layer`: `sliding_window`, or 0 (full causal attention)."""
@@ -139,8 +148,7 @@ class ModelConfig:
         if missing:
             raise UnsupportedModelError(f"{source}: rope_type {rope_type!r} needs {missing}")
         eos = d.get("eos_token_id")
-        if isinstance(eos, list):
-            eos = eos[0] if eos else None
+        eos_ids = tuple(int(i) for i in eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
         attention_bias = bool(d.get("attention_bias", False))
         cfg = dict(
             family=family,
@@ -162,7 +170,8 @@ class ModelConfig:
             qk_norm=family == "qwen3",
             max_position_embeddings=int(d.get("max_position_embeddings", 8192)),
             bos_token_id=d.get("bos_token_id"),
-            eos_token_id=eos,
+            eos_token_id=eos_ids[0] if eos_ids else None,
+            eos_token_ids=eos_ids,
             sliding_window=window,
             sliding_layers=window_layers,
         )
@@ -195,7 +204,7 @@ class ModelConfig:
             "rope_scaling": None if self.rope_type == "default" else dict(rope),
             "tie_word_embeddings": self.tie_embeddings,
             "bos_token_id": self.bos_token_id,
-            "eos_token_id": self.eos_token_id,
+            "eos_token_id": list(self.eos_token_ids) if len(self.eos_token_ids) > 1 else self.eos_token_id,
             "torch_dtype": "float32",
         }
         if self.family in ("qwen2", "qwen3"):

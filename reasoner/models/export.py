@@ -4,7 +4,7 @@
 
   config.json              the architecture (`ModelConfig.to_hf_dict`)
   model.safetensors        every weight under its HF name, float32 (or `dtype=`); LoRA adapters folded in
-  generation_config.json   bos / eos (the tokenizer's end-of-turn ids) / pad ids
+  generation_config.json   bos / eos (the tokenizer's end-of-turn ids and the config's EOS ids) / pad ids
   tokenizer files          `tokenizer.save_pretrained`: tokenizer.json, tokenizer_config.json, chat template
   adapter/                 only when the model carries LoRA adapters: PEFT's `adapter_config.json` and
                            `adapter_model.safetensors` (keys `base_model.model.<hf module>.lora_A.weight` [r, in]
@@ -124,7 +124,9 @@ def peft_config(model, *, base_model_name_or_path: str | None = None) -> dict[st
 
 
 def generation_config(model, tokenizer=None) -> dict[str, Any]:
-    """bos / eos / pad ids for `generation_config.json`: eos is every end-of-turn id of the tokenizer."""
+    """bos / eos / pad ids for `generation_config.json`. eos: every end-of-turn id of the tokenizer, then every EOS id
+    of the model's config.json not among them (a list, as `transformers.GenerationConfig.from_model_config` keeps it:
+    generation stops on any)."""
     cfg = model.cfg
     if tokenizer is not None:
         from reasoner.tokenization import stop_token_ids
@@ -133,7 +135,8 @@ def generation_config(model, tokenizer=None) -> dict[str, Any]:
         pad = tokenizer.pad_token_id
         bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else cfg.bos_token_id
     else:
-        eos, pad, bos = ([] if cfg.eos_token_id is None else [int(cfg.eos_token_id)]), None, cfg.bos_token_id
+        eos, pad, bos = [], None, cfg.bos_token_id
+    eos += [i for i in cfg.eos_token_ids if i not in eos]
     out = {"bos_token_id": bos, "eos_token_id": eos[0] if len(eos) == 1 else (eos or None),
            "pad_token_id": pad if pad is not None else (eos[0] if eos else None)}
     return {k: v for k, v in out.items() if v is not None}
