@@ -2,7 +2,9 @@
 
 Text is split into blocks on blank lines. A block is a proof step if it names a rule, either quoted
 (`"..."`, curly quotes too) or by number (`rule 3`, `rule3`, 1-based program order); any other block is commentary
-and is skipped. In a step, the text before the rule names the premises (openers such as "Since", "Because",
+and is skipped. A quoted text that is none of the program's rules names a rule only in a block that reads as a
+step (a premise or a conclusion is an atom): "Since Bob is red, by "If something is purple then it is big", Bob is
+big" cites a rule the program lacks (rule -1, rejected), while `The question asks: "Is Bob big?"` is commentary. In a step, the text before the rule names the premises (openers such as "Since", "Because",
 "Given that", "We know that" are dropped; premises are separated by "and", commas, ";" or "&") and the text after it
 names the conclusion (leads such as "so", "therefore", "we conclude that" are dropped). Atoms and rule texts are
 matched case-, comma- and spacing-insensitively through the program's Verbalizer, which also accepts the other
@@ -16,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from search.logic import Atom
+from search.logic import Atom, Program
 from search.verbalize import Verbalizer, normalize_text
 
 __all__ = ["ParsedStep", "ParsedTrace", "parse_trace"]
@@ -121,22 +123,47 @@ def _strip_middle(before: str) -> str:
     return before[:_skip_space(before, end, " \t\n\r\f\v,;:")]
 
 
+def _cited_rule(text: str, verbalizer: Verbalizer) -> tuple[re.Match | None, int]:
+    """(where the block names its rule, the rule's index or -1): the first quoted text that is one of the program's
+    rules, else a rule number, else the first quoted text (an unknown rule, or no rule at all); (None, -1) when
+    the block has neither quotes nor a rule number. A quote is not a rule by being a quote: commentary quotes the
+    question or a fact ("The question asks: "... Charlie is kind?"") and a step may quote an atom beside its rule."""
+    first = None
+    for m in _QUOTED.finditer(text):
+        rule = verbalizer.rule_index.get(normalize_text(m.group(1)), -1)
+        if rule >= 0:
+            return m, rule
+        first = first or m
+    m = _RULE_NUMBER.search(text)
+    if m:
+        k = int(m.group(1))
+        return m, k - 1 if 1 <= k <= len(verbalizer.program.rules) else -1
+    return first, -1
+
+
+def _reads_as_step(premises: tuple[Atom | None, ...], conclusion: Atom | None, program: Program) -> bool:
+    """Whether a premise or the conclusion is an atom over one of the program's predicates (the logic dataset's
+    parser reads any bare word, such as "here", as an atom of its own)."""
+    atoms = [a for a in (*premises, conclusion) if a is not None]
+    if not atoms:
+        return False
+    known = {a.predicate for a in program.axioms}
+    known.update(a.predicate for r in program.rules for a in (*r.premises, r.conclusion))
+    return any(a.predicate in known for a in atoms)
+
+
 def _parse_block(block: str, verbalizer: Verbalizer) -> ParsedStep | None:
     text = re.sub(r"\s+", " ", block).strip()
-    m = _QUOTED.search(text)
-    if m:
-        rule = verbalizer.rule_index.get(normalize_text(m.group(1)), -1)
-    else:
-        m = _RULE_NUMBER.search(text)
-        if not m:
-            return None
-        k = int(m.group(1))
-        rule = k - 1 if 1 <= k <= len(verbalizer.program.rules) else -1
+    m, rule = _cited_rule(text, verbalizer)
+    if m is None:
+        return None
     before, after = text[: m.start()], text[m.end() :]
     before = _strip_middle(_OPENER.sub("", before, count=1))
     premises = tuple(verbalizer.parse_atom(p) for p in _split_premises(before))
     after = _LEAD.sub("", after, count=1).strip().rstrip(".!;: ").strip()
     conclusion = verbalizer.parse_atom(after) if after else None
+    if rule < 0 and m.re is _QUOTED and not _reads_as_step(premises, conclusion, verbalizer.program):
+        return None  # a quote that is no rule, in a block that derives nothing the program speaks of: commentary
     return ParsedStep(rule=rule, premises=premises, conclusion=conclusion, text=block.strip())
 
 
