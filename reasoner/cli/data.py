@@ -6,7 +6,8 @@
     reasoner data build proofwriter --manual-dir DIR [--source raw|logic-llm] [--world OWA] [--depth-dir depth-5]
                                     [--min-depth 3] [--file SPLIT=PATH ...]
 
-TFDS shows a progress bar per split. The printed figures (JSON on stdout, last line) are the split sizes and the
+A prepared dataset of the same name is reused ("reused": true in the JSON) when it was built from the same
+manual dir or files, and refused (exit 2) when it was built from others. TFDS shows a progress bar per split. The printed figures (JSON on stdout, last line) are the split sizes and the
 mean/median pushes and pops of host A* per heuristic (paper Figs. 5-6), plus push histograms.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import sys
 
 from reasoner.cli.arg_types import non_negative_int, positive_number
@@ -70,7 +72,9 @@ def proofwriter_config_name(params: dict) -> str:
     """The paper's selection from the raw release (OWA, depth-5, shortest proof depth >= 3, files found in the
     manual dir) is the builder's registered config `owa_depth5`, the TFDS name configs/astar_paper.py reads
     (`proofwriter_astar/owa_depth5`); any other selection gets a name hashed from its parameters (pass it as
-    `--config.data.tfds_name=proofwriter_astar/<name>`)."""
+    `--config.data.tfds_name=proofwriter_astar/<name>`). Paths in `params` are absolute, so a dir's name does not
+    depend on how it was typed. A build from another manual dir than the one a prepared dataset of the same name
+    was built from is refused (`_source_clash`), since TFDS would reuse the old data."""
     if not params["files"] and params.get("cost", "max") == "max" and (params["source"], params["world"], params["depth_dir"], params["min_depth"]) == (
             "raw", "OWA", "depth-5", 3):
         return "owa_depth5"
@@ -151,8 +155,10 @@ def _build_proofwriter(args) -> int:
     if not files and not args.manual_dir:
         print("error: give --manual-dir (raw release / Logic-LLM folder) or --file SPLIT=PATH", file=sys.stderr)
         return 2
+    files = {split: [os.path.abspath(p) for p in paths] for split, paths in files.items()}
+    manual_dir = os.path.abspath(args.manual_dir) if args.manual_dir else None
     params = {"source": args.source, "world": args.world, "depth_dir": args.depth_dir, "min_depth": args.min_depth,
-              "files": files, "manual_dir": args.manual_dir}
+              "files": files, "manual_dir": manual_dir}
     if args.cost != "max":
         params["cost"] = args.cost
     name = proofwriter_config_name(params)
@@ -160,7 +166,12 @@ def _build_proofwriter(args) -> int:
         name=name, source=args.source, world=args.world, depth_dir=args.depth_dir, min_depth=args.min_depth,
         files=files, cost=args.cost)
     builder = ProofwriterAstar(config=config, data_dir=args.data_dir, file_format="array_record")
-    dl_config = tfds.download.DownloadConfig(manual_dir=args.manual_dir) if args.manual_dir else None
+    source = {"manual_dir": None if files else manual_dir, "files": files}
+    reused = builder.is_prepared()
+    if reused and (clash := _source_clash(builder, source)):
+        print(f"error: {clash}", file=sys.stderr)
+        return 2
+    dl_config = tfds.download.DownloadConfig(manual_dir=manual_dir) if manual_dir else None
     empty = None
     try:
         with contextlib.redirect_stdout(sys.stderr):
@@ -173,11 +184,43 @@ def _build_proofwriter(args) -> int:
     skipped = builder.load_report.skipped + builder.filter_report.skipped + builder.english_skipped
     for qid, reason in skipped:
         print(json.dumps({"id": qid, "skipped": reason}), file=sys.stderr)
-    extra = {"params": params, "load": builder.load_report.as_dict(), "filter": dict(builder.filter_report.counts),
-             "skipped_items": len(skipped), "empty_splits": builder.empty_splits}
+    if not reused and empty is None:
+        _record_source(builder, source)
+    extra = {"params": params, "reused": reused, "load": builder.load_report.as_dict(),
+             "filter": dict(builder.filter_report.counts), "skipped_items": len(skipped),
+             "empty_splits": builder.empty_splits}
     if empty is not None:
         print(f"error: {empty}", file=sys.stderr)
         print(json.dumps({"dataset": builder.name, **extra, "splits": {}}))
         return 1
     _report(builder, extra)
     return 0
+
+
+SOURCE_FILE = "build_source.json"  # beside TFDS's dataset_info.json: what the build read
+
+
+def _record_source(builder, source: dict) -> None:
+    with open(os.path.join(str(builder.data_dir), SOURCE_FILE), "w", encoding="utf-8") as fh:
+        json.dump(source, fh, sort_keys=True)
+
+
+def _source_clash(builder, source: dict) -> str | None:
+    """Why the prepared dataset in `builder.data_dir` may not be reused for a build from `source`, or None.
+
+    The paper's selection is always named `owa_depth5` (the name configs/astar_paper.py reads), whatever manual dir
+    it comes from, and TFDS reuses a prepared dataset of that name without reading the files again: a build from
+    another release (or a fixture) reported success and printed the figures of the first one. The manual dir (or
+    the split files) of each build is recorded beside the data, and a build from another source stops here.
+    """
+    try:
+        with open(os.path.join(str(builder.data_dir), SOURCE_FILE), encoding="utf-8") as fh:
+            built = json.load(fh)
+    except (OSError, ValueError):
+        built = None
+    if built == source:
+        return None
+    was = "a source it did not record" if built is None else (built["manual_dir"] or f"--file {built['files']}")
+    now = source["manual_dir"] or f"--file {source['files']}"
+    return (f"{builder.name}/{builder.builder_config.name} in {builder.data_dir} was built from {was}, not from "
+            f"{now}; delete that folder to rebuild it from {now}, or pass another --data-dir")
