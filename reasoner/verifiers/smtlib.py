@@ -310,6 +310,19 @@ def thread_starts(smt_code: str) -> list[str]:
             found.append(text)
     return list(dict.fromkeys(found))
 
+def exiting_options(smt_code: str) -> list[str]:
+    """The `:error-behavior` settings other than `continued-execution` (as written, e.g.
+    ":error-behavior immediate-exit"): with `immediate-exit`, Z3 calls exit() at the script's first error, which
+    ends the pool worker (a crash, and a restart) or the caller's own process where `run_script` runs in it
+    (`entailment` without a runner). Fail closed: any other value counts. Same linear scan; never raises."""
+    found: list[str] = []
+    option = None
+    for kind, text in _code_tokens(smt_code):
+        if option is not None and text.strip("|") != "continued-execution":
+            found.append(f"{option} {text}")
+        option = text if kind == "keyword" and text == ":error-behavior" else None
+    return list(dict.fromkeys(found))
+
 def echoed_verdicts(smt_code: str) -> list[str]:
     """The `(echo "...")` commands whose text prints a line that reads as a verdict (sat, unsat, unknown): Z3
     prints it as if a check-sat had answered, so an echoed "unsat" before an error forged solver evidence. Same

@@ -112,10 +112,11 @@ def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = 
 
 def refused_result(smt_code: str) -> Z3Result | None:
     """The error result for a script that would touch a file (see `smtlib.file_access`), start threads
-    (`smtlib.thread_starts`: the pool budgets a call one thread of CPU and memory), echo a verdict word
+    (`smtlib.thread_starts`: the pool budgets a call one thread of CPU and memory), exit the process at an error
+    (`smtlib.exiting_options`), echo a verdict word
     (`smtlib.echoed_verdicts`: read as a check-sat's answer) or holds a NUL character (Z3 takes a C string and
     would stop reading there, while curation grades the whole text), else None."""
-    from reasoner.verifiers.smtlib import echoed_verdicts, file_access, thread_starts
+    from reasoner.verifiers.smtlib import echoed_verdicts, exiting_options, file_access, thread_starts
 
     forged = echoed_verdicts(smt_code)
     if forged:
@@ -127,6 +128,10 @@ def refused_result(smt_code: str) -> Z3Result | None:
     names = file_access(smt_code)
     if names:
         return _refused(f"{', '.join(names)} would make Z3 read or write a file; scripts may not touch files")
+    names = exiting_options(smt_code)
+    if names:
+        return _refused(f"{', '.join(names)} would make Z3 exit the process at the first error; expected "
+                        ":error-behavior continued-execution or none")
     names = thread_starts(smt_code)
     if names:
         return _refused(f"{', '.join(names)} would make Z3 start threads, and a call is budgeted one CPU; scripts "
