@@ -101,9 +101,16 @@ def completion_logps(model, tokens_BxT, *, positions_BxT, segment_ids_BxT, compl
     Only the N positions that predict completion tokens are projected to the vocabulary, `chunk` positions at a
     time under `jax.checkpoint`, so neither the forward nor the backward pass holds [B, N, V] logits at once.
     """
-    hidden, _ = model.hidden_states(tokens_BxT, positions_BxT=positions_BxT, segment_ids_BxT=segment_ids_BxT)
     ids_BxN = completion_ids_BxN
     B, N = ids_BxN.shape
+    T = tokens_BxT.shape[1]
+    # positions prompt_len - 1 .. prompt_len + N - 2 predict the completion; dynamic_slice would clamp a window
+    # that leaves the sequence and silently score the wrong positions
+    if prompt_len < 1 or prompt_len + N - 1 > T:
+        raise ValueError(f"completion_logps: prompt_len={prompt_len} and {N} completion tokens need positions "
+                         f"{prompt_len - 1}..{prompt_len + N - 2} of tokens_BxT, which has {T}; expected "
+                         f"1 <= prompt_len <= {T - N + 1}")
+    hidden, _ = model.hidden_states(tokens_BxT, positions_BxT=positions_BxT, segment_ids_BxT=segment_ids_BxT)
     h_BxNxD = jax.lax.dynamic_slice_in_dim(hidden, prompt_len - 1, N, axis=1)
     C = min(chunk or LOGITS_CHUNK, N)
     n = -(-N // C)
