@@ -20,7 +20,9 @@ Rule for several `check-sat` and for errors (documented contract, tested):
     of the final check-sat, as the harness of the paper reads "the exit line of (check-sat)"),
     or None when the script printed no verdict. A verdict is what a check-sat (check-sat-assuming,
     check-sat-using, query) printed itself: a `(simplify sat)` of a constant named `sat`, or an error
-    message quoting a symbol `|\nunsat|`, prints a line that reads the same and is not one;
+    message quoting a symbol `|\nunsat|`, prints a line that reads the same and is not one. Where a command
+    other than those prints such a line outside an error message, the call fails there ("refused while Z3 ran",
+    the output kept up to that command), since curation reads the verdicts of a failed call from the output;
   * a check-sat that gives up on the timeout ENDS the script, as `(exit)` would: nothing after it runs,
     its `unknown` is the last verdict and the call fails with a "timeout" error. Z3 itself would read on,
     and a `(reset)` (or `(reset-assertions)`, or a `(pop)` and an `(assert false)`) then a check-sat would
@@ -186,6 +188,8 @@ def run_script(smt_code: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     for begin, end, command in verdict_pieces(smt_code):
         piece = smt_code[begin:end]
         output = where.shift(_evaluate(z3, context, piece), piece)
+        if command is None and (forged := verdict_lines(_ERROR.sub("", output))):
+            return _forged(forged[0], "".join(printed), verdicts, elapsed_s=time.perf_counter() - start)
         printed.append(output)
         said = output.split("\n", 1)[0].strip() if command else None
         if said in VERDICTS:
@@ -197,6 +201,16 @@ def run_script(smt_code: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
             break  # a timeout ends the script: a later (reset) and check-sat must not stand in for it
     return _capped(parse_output("".join(printed), elapsed_s=time.perf_counter() - start, reason_unknown=reason,
                                 verdicts=tuple(verdicts)))
+
+
+def _forged(line: str, output: str, verdicts: list[str], *, elapsed_s: float) -> Z3Result:
+    """The failed result of a script whose command other than a check-sat printed a line that reads as a verdict
+    (`(simplify sat)` of a constant named `sat`): its output stops before that command, since curation reads the
+    verdicts of a failed call from the output's lines."""
+    return Z3Result(success=False, output=output, sat_result=verdicts[-1] if verdicts else None, model=None,
+                    elapsed_s=elapsed_s, verdicts=tuple(verdicts),
+                    error=f"refused while Z3 ran: a command other than check-sat printed the line {line!r}, which "
+                          "reads as a verdict; name symbols otherwise than sat, unsat and unknown")
 
 
 def _evaluate(z3, context, smt_code: str) -> str:
