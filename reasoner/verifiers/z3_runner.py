@@ -115,7 +115,7 @@ def parse_output(output: str, *, elapsed_s: float, reason_unknown: str | None = 
 def refused_result(smt_code: str) -> Z3Result | None:
     """The error result for a script that would touch a file (see `smtlib.file_access`), start threads
     (`smtlib.thread_starts`: the pool budgets a call one thread of CPU and memory), exit the process at an error
-    (`smtlib.exiting_options`), echo a verdict word
+    (`smtlib.exiting_options`), holds a lone surrogate (not UTF-8: Z3's API raised), echo a verdict word
     (`smtlib.echoed_verdicts`: read as a check-sat's answer) or holds a NUL character (Z3 takes a C string and
     would stop reading there, while curation grades the whole text), else None."""
     from reasoner.verifiers.smtlib import echoed_verdicts, exiting_options, file_access, thread_starts
@@ -127,6 +127,11 @@ def refused_result(smt_code: str) -> Z3Result | None:
     if "\x00" in smt_code:
         return _refused(f"a NUL character at offset {smt_code.index(chr(0))} would end the script for Z3; expected "
                         "text without NUL")
+    try:
+        smt_code.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate, as json.loads makes of "\ud800": Z3's API raised on it
+        return _refused(f"the character {smt_code[err.start]!r} at offset {err.start} is not text UTF-8 can encode "
+                        "(a lone surrogate); expected text")
     names = file_access(smt_code)
     if names:
         return _refused(f"{', '.join(names)} would make Z3 read or write a file; scripts may not touch files")

@@ -1,6 +1,7 @@
 """Z3 runner: `(set-option :error-behavior immediate-exit)` makes Z3 call exit() at the script's first error, which
 ended the pool worker (a crash and a restart per call) or the caller's own process (`run_script` in process, as
-`entailment.classify` without a runner). Such scripts are refused by name; `continued-execution` still runs."""
+`entailment.classify` without a runner). Such scripts are refused by name; `continued-execution` still runs.
+Also here: a script with a lone surrogate is refused, not raised out of `run_script`."""
 
 import pytest
 
@@ -31,3 +32,13 @@ def test_immediate_exit_is_refused_and_the_worker_lives(written):
 def test_continued_execution_still_runs():
     result = run_script("(set-option :error-behavior continued-execution)(assert undeclared)(check-sat)")
     assert result.verdicts == ("sat",) and "unknown constant undeclared" in result.error
+
+
+def test_a_lone_surrogate_is_refused_not_raised():
+    """json.loads makes a lone surrogate of "\\ud800" in a tool call; Z3's API raised UnicodeEncodeError on it, out of
+    `run_script` (in process) instead of a result."""
+    import json
+
+    script = json.loads('"(check-sat)\\ud800"')
+    result = run_script(script)
+    assert not result.success and result.error.startswith("refused before Z3 ran: the character '\\ud800' at offset 11")
