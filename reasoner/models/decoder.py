@@ -72,15 +72,16 @@ def check_room(cache: KVCache, new_tokens: int) -> None:
     """Raises ValueError when writing `new_tokens` per row would run past the cache's `max_len` slots.
 
     The chunk length is static and always checked; the row offsets `cache.index_B` only when they are concrete
-    (eager calls). Under jit they are traced: `Decoder.hidden_states` then drops the overflowing writes and
-    returns NaN for those tokens (see there)."""
+    and readable by this process (eager calls). Under jit they are traced: `Decoder.hidden_states` then drops the
+    overflowing writes and returns NaN for those tokens (see there)."""
     S = cache.max_len
     if new_tokens > S:
         raise ValueError(f"a chunk of {new_tokens} new tokens does not fit a KV cache of {S} slots; "
                          f"allocate init_cache(max_len >= prompt + new tokens)")
-    if isinstance(cache.index_B, jax.core.Tracer):
-        return
-    held = np.asarray(cache.index_B)
+    index = cache.index_B
+    if isinstance(index, jax.core.Tracer) or (isinstance(index, jax.Array) and not index.is_fully_addressable):
+        return  # traced, or spread over other processes (not readable here without a collective)
+    held = np.asarray(index)
     over = np.flatnonzero(held + new_tokens > S)
     if over.size:
         b = int(over[0])
