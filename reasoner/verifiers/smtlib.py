@@ -351,12 +351,12 @@ def verdict_pieces(smt_code: str) -> list[tuple[int, int, str | None]]:
     constant named `sat` prints the same line).
 
     The pieces join to the whole script, except that they end with a top-level `(exit)`, after which Z3 reads
-    nothing. Same tokens as `file_access`: text after an unterminated string or quoted symbol is inside it for Z3
+    nothing (`(exit 1)` is an error Z3 reads on after). Same tokens as `file_access`: text after an unterminated string or quoted symbol is inside it for Z3
     too, so it is one last piece. A `)` with no `(` is left where it is (Z3 reports it and reads on). Linear;
     never raises.
     """
     pieces: list[tuple[int, int, str | None]] = []
-    cut, depth, start, head, pos = 0, 0, 0, None, 0
+    cut, depth, start, head, pos, extra = 0, 0, 0, None, 0, 0
     while pos < len(smt_code):
         match = _TOKEN.match(smt_code, pos)
         if match is None:
@@ -364,9 +364,11 @@ def verdict_pieces(smt_code: str) -> list[tuple[int, int, str | None]]:
         kind, pos = match.lastgroup, match.end()
         if kind in ("ws", "comment"):
             continue
+        if depth and head is not None and not (kind == "close" and depth == 1):
+            extra += 1  # a token after the command's head: `(exit 1)` is an error Z3 reads on after
         if kind == "open":
             if depth == 0:
-                start, head = match.start(), None
+                start, head, extra = match.start(), None, 0
             elif depth == 1 and head is None:
                 head = ""  # the command's head is a list: no command name
             depth += 1
@@ -377,7 +379,7 @@ def verdict_pieces(smt_code: str) -> list[tuple[int, int, str | None]]:
                     pieces.append((cut, start, None))
                 pieces.append((start, pos, head))
                 cut = pos
-            elif depth == 0 and head == "exit":
+            elif depth == 0 and head == "exit" and not extra:
                 pieces.append((cut, pos, None))
                 return pieces
         elif depth == 1 and head is None:
