@@ -87,7 +87,8 @@ SCRIPTS = ["(assert x)", "(check-sat)(assert x)", "(check-sat)\n  (assert\n x)",
            "(declare-const x Int)(assert (> x 0))(check-sat-using skip)(assert y) (check-sat-using fail)(assert z)\n"
            "(assert w)", "(declare-const é Int)(check-sat)\n(assert (> é 1))(check-sat)(assert é)",
            "(|check-sat|)(assert q)(check-sat)(exit)(assert r)(check-sat)", "(check-sat) ; (check-sat)\n(assert v)",
-           '(echo "(check-sat)")(check-sat)(echo "a"', "(declare-rel p ())(rule p)(query p)(assert u)"]
+           '(echo "(check-sat)")(check-sat)(echo "a"', "(declare-rel p ())(rule p)(query p)(assert u)",
+           "(exit 1)(check-sat)", "(exit (a))(check-sat)", "(check-sat)(exit ; c\n)(check-sat)", "(|exit|)(check-sat)"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
