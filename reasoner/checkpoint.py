@@ -26,6 +26,11 @@ Integrity on restore (`restore` without an explicit step), newest step first:
 
 Saving a step that already exists (after a fallback, or `best/N` committed before a kill cut `checkpoints/N`)
 is skipped: resumption is exact, so the stored checkpoint holds the same state.
+
+In a job of several processes every process takes each decision of a restore together (`agree`): a checkpoint
+one process cannot read (an I/O error or a missing file on its host) is damaged for all of them, so they set the
+same checkpoints aside, resume from the same step, or all raise the same CheckpointError. (A process that went on
+alone would wait forever in the next collective for one that fell back or failed.)
 """
 
 from __future__ import annotations
@@ -115,9 +120,39 @@ def _sync(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def _barrier_prefix(manager) -> str:
+    """The prefix of a manager's orbax barrier names: `reasoner-<its directory name>` (checkpoints, best)."""
+    return f"reasoner-{pathlib.Path(manager.directory).name}"
+
+
 def _barriers(name: str):
     """orbax multi-process options whose barrier names carry `name` (one per manager of a run)."""
     return ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=f"reasoner-{name}")
+
+
+def agree(ok: bool) -> list[int]:
+    """The indices of the processes where `ok` is False, the same list on every process (`[]`: all succeeded).
+
+    A collective (an all-gather of one flag per process): every process of the job calls it at the same point.
+    """
+    if jax.process_count() == 1:
+        return [] if ok else [0]
+    from jax.experimental import multihost_utils
+
+    flags = np.asarray(multihost_utils.process_allgather(np.asarray([int(bool(ok))], np.int32))).reshape(-1)
+    return [int(i) for i in np.flatnonzero(flags == 0)]
+
+
+def _meet_restore_barrier(manager) -> None:
+    """The barrier orbax's `Checkpointer.restore` ends with (orbax/_src/checkpointers/checkpointer.py), which a
+    process whose read raised never reached: it meets the processes whose read succeeded there, so that the job's
+    collectives stay in step and `agree` can follow. A no-op in one process."""
+    if jax.process_count() == 1:
+        return
+    from orbax.checkpoint._src.multihost import multihost
+
+    multihost.sync_global_processes(multihost.unique_barrier_key("Checkpointer:restore",
+                                                                 prefix=_barrier_prefix(manager)))
 
 
 class RunCheckpoints:
@@ -208,12 +243,25 @@ class RunCheckpoints:
                   f"Move the workdir away (or its checkpoints/ directory) to start a new run")
         raise CheckpointError(f"{manager.directory} holds no checkpoint to restore")
 
-    def _restore_one(self, manager, step: int, template_state, expected_meta: dict):
+    def _read(self, manager, step: int, args, *, what: str):
+        """`manager.restore(step, args=args)` once every process has read its part: raises `_Damaged` on every
+        process when any one of them failed (its own error there, the failing processes' indices elsewhere)."""
         where = manager.directory / str(step)
         try:
-            meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+            restored, error = manager.restore(step, args=args), None
         except Exception as err:  # noqa: BLE001 - any read failure means the checkpoint is damaged
-            raise _Damaged(where, f"meta unreadable: {type(err).__name__}: {_short(err)}") from err
+            restored, error = None, err
+            _meet_restore_barrier(manager)
+        failed = agree(error is None)
+        if error is not None:
+            raise _Damaged(where, f"{what} unreadable: {type(error).__name__}: {_short(error)}") from error
+        if failed:
+            raise _Damaged(where, f"{what} unreadable on process(es) {', '.join(map(str, failed))}")
+        return restored
+
+    def _restore_one(self, manager, step: int, template_state, expected_meta: dict):
+        where = manager.directory / str(step)
+        meta = self._read(manager, step, ocp.args.Composite(meta=ocp.args.JsonRestore()), what="meta")["meta"]
         for key in ("trainer", "fingerprint"):
             if meta.get(key) != expected_meta.get(key):
                 raise CheckpointError(
@@ -231,12 +279,9 @@ class RunCheckpoints:
                   "own settings (its hparams.json)")
         abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=getattr(v, "sharding", None))
                     for k, v in flatten_state(template_state).items()}
-        try:
-            restored = manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract), data=ocp.args.JsonRestore()))
-        except Exception as err:  # noqa: BLE001
-            raise _Damaged(where, f"arrays unreadable: {type(err).__name__}: {_short(err)}") from err
-        saved = meta.get("checksums")
+        restored = self._read(manager, step, ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract), data=ocp.args.JsonRestore()), what="arrays")
+        saved = meta.get("checksums")  # the same on every process: the sums run over the global arrays
         if saved is not None:
             now = state_checksums(restored["state"])
             bad = sorted(k for k in saved if now.get(k) != saved[k])
@@ -264,9 +309,11 @@ class RunCheckpoints:
     def _set_aside_unfinished(self, manager) -> None:
         """orbax's temporary directories of saves that never committed (the process died mid-write)."""
         root = pathlib.Path(manager.directory)
-        if not root.is_dir():
-            return
-        for path in sorted(p for p in root.iterdir() if TMP_MARK in p.name):
+        paths = sorted(p for p in root.iterdir() if TMP_MARK in p.name) if root.is_dir() else []
+        # every process lists before process 0 moves the first away (a later lister would see fewer, skip their
+        # barriers and leave the others waiting in them)
+        _sync(f"reasoner-checkpoint-listed-unfinished-{root.name}")
+        for path in paths:
             self._set_aside(manager, path.name, "unfinished save, cut mid-write")
 
     def wait(self) -> None:
