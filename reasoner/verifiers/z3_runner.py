@@ -194,7 +194,7 @@ def run_script(smt_code: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
         piece = smt_code[begin:end]
         output = where.shift(_evaluate(z3, context, piece), piece)
         if command is None and (forged := verdict_lines(_ERROR.sub("", output))):
-            return _forged(forged[0], "".join(printed), verdicts, elapsed_s=time.perf_counter() - start)
+            return _capped(_forged(forged[0], "".join(printed), verdicts, elapsed_s=time.perf_counter() - start))
         printed.append(output)
         said = output.split("\n", 1)[0].strip() if command else None
         if said in VERDICTS:

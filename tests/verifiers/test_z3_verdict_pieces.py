@@ -123,3 +123,10 @@ def test_pieces_join_to_the_script_up_to_exit():
     unterminated = '(check-sat)(echo "(check-sat)'
     assert [c for _, _, c in smtlib.verdict_pieces(unterminated)] == ["check-sat", None]
     assert smtlib.verdict_pieces("") == []
+
+
+def test_a_forged_verdict_after_a_huge_output_keeps_the_output_cap():
+    doubling = "(declare-const s0 String)(assert (= s0 \"0123456789abcdef\"))" + "".join(
+        f"(declare-const s{i} String)(assert (= s{i} (str.++ s{i - 1} s{i - 1})))" for i in range(1, 19))
+    result = run_script(doubling + "(check-sat)(simplify s18)(declare-const sat Bool)(simplify sat)", timeout_s=20)
+    assert result.error.startswith("refused while Z3 ran") and len(result.output) < 70_000
