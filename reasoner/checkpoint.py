@@ -220,7 +220,10 @@ class RunCheckpoints:
             raise ValueError("restore(which='best') needs best_metric set")
         self.skipped = []
         if step is not None:
-            return self._restore_one(manager, step, template_state, expected_meta)
+            try:
+                return self._restore_one(manager, step, template_state, expected_meta)
+            except _Damaged as err:
+                raise CheckpointError(f"checkpoint {err.where} is damaged: {err}") from err
         self._set_aside_unfinished(manager)
         steps = sorted(manager.all_steps(), reverse=True)
         if which == "best":

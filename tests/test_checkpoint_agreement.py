@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from reasoner import checkpoint
 
@@ -123,3 +124,19 @@ def test_agree_names_the_failing_processes(monkeypatch):
     assert checkpoint.agree(True) == [1, 2] and sent == [[1]]
     monkeypatch.setattr(multihost_utils, "process_allgather", lambda flags: np.ones((3, 1), np.int32))
     assert checkpoint.agree(True) == []
+
+
+def test_a_damaged_explicit_step_is_a_checkpoint_error(tmp_path):
+    """`restore(step=N)` of a damaged checkpoint raised the module's internal `_Damaged`, not CheckpointError."""
+    import jax.numpy as jnp
+
+    step = 1
+    ckpt = checkpoint.RunCheckpoints(tmp_path, keep=2, async_save=False)
+    ckpt.save(step, {"w": jnp.ones((4, 4))}, data_state={"step": step}, meta={"trainer": "t", "fingerprint": "f"})
+    ckpt.wait()
+    (tmp_path / "checkpoints" / str(step) / "meta" / "metadata").write_text("{not json")
+    with pytest.raises(checkpoint.CheckpointError, match=f"checkpoint .*/checkpoints/{step} is damaged: meta "
+                                                         "unreadable"):
+        ckpt.restore({"w": jnp.zeros((4, 4))}, expected_meta={"trainer": "t", "fingerprint": "f"}, step=step)
+    ckpt.close()
+    assert (tmp_path / "checkpoints" / str(step)).is_dir()  # an explicit step is reported, not moved
