@@ -10,6 +10,10 @@ Implementations:
     `max_concurrency` requests in flight;
   - `CachedJudge`: wraps either with an on-disk JSONL cache keyed by (judge id, prompt), so the same trace is
     never judged twice (temperature 0: the reply would not change). Failures are not cached.
+The judge id names everything besides the prompt (which carries the rubric) that decides a reply: an endpoint's
+URL, model, temperature and max_tokens; a sampler's label, model architecture and dtypes, chat template,
+max_new_tokens and max_len. Settings that only decide whether a reply comes (API key, timeout, retries,
+concurrency, batch size) are left out: a failure is never cached, and the key never reaches the cache file.
 `score_traces` turns replies into `Judgement`s and counts invalid and failed ones in `JudgeCounters`.
 """
 
@@ -166,6 +170,15 @@ def _content_of(completion: dict) -> str:
     return content
 
 
+def sampler_fingerprint(model, tokenizer) -> str:
+    """12 hex digits over what decides an in-process judge's greedy reply besides its weights and the prompt: the
+    model's architecture and dtypes (`model.cfg`) and the tokenizer's chat template (it renders the prompt). The
+    caller's label names the weights; a label such as "random-seed0" is shared by models of every shape."""
+    blob = json.dumps([repr(getattr(model, "cfg", None)), getattr(tokenizer, "name_or_path", ""),
+                       getattr(tokenizer, "chat_template", None)], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
 class SamplerJudge:
     """A judge model in this process: greedy decoding through `reasoner.sampling.Sampler`, `batch_size` prompts
     per call (a short last batch is padded with copies so every call has one shape: one compile)."""
@@ -180,7 +193,10 @@ class SamplerJudge:
         self.tokenizer = tokenizer
         self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
         self.batch_size, self.max_len = batch_size, max_len
-        self.judge_id = f"sampler:{judge_id}:greedy:max{max_new_tokens}"
+        # max_len caps prompt + reply (a row that reaches it stops there), so it changes replies as max_new_tokens
+        # does; the label alone does not tell two architectures or chat templates apart (`sampler_fingerprint`)
+        self.judge_id = (f"sampler:{judge_id}:{sampler_fingerprint(model, tokenizer)}:greedy:max{max_new_tokens}"
+                         + (f":len{max_len}" if max_len else ""))
         self.calls = 0
 
     def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
