@@ -190,12 +190,20 @@ def barrier(name: str, *, timeout_s: float = 3600.0) -> None:
     Uses the coordinator's key-value service, not a device collective, so it works before any device work
     and around host-only steps (building a dataset, writing a file that the others then read).
     """
+    client = _coordinator()
+    if client is not None:
+        client.wait_at_barrier(f"reasoner:{name}", int(timeout_s * 1000))
+
+
+def _coordinator():
+    """The coordination service's client of a joined job of several processes (its barriers and key-value
+    store), else None."""
     jax = sys.modules.get("jax")
     if jax is None or not jax.distributed.is_initialized() or jax.process_count() == 1:
-        return
+        return None
     from jax._src import distributed as jax_distributed
 
-    jax_distributed.global_state.client.wait_at_barrier(f"reasoner:{name}", int(timeout_s * 1000))
+    return jax_distributed.global_state.client
 
 
 def exit_barrier_timeout_s(env=None) -> float:
@@ -209,15 +217,29 @@ def primary_first(name: str, fn, *, timeout_s: float = 3600.0):
     """Runs `fn()` on process 0, then (after a barrier) on every other process; returns its result.
 
     For host work that must happen once per job before the others use it, e.g. building a TFDS dataset
-    in a shared directory: process 0 builds, the others then find it built and only read it.
+    in a shared directory: process 0 builds, the others then find it built and only read it. When `fn` raises
+    on process 0, the others raise a RuntimeError naming that error instead of running `fn` themselves (they
+    would each redo, at once and in the same shared place, the work process 0 could not do); process 0
+    publishes its outcome in the coordinator's key-value store before the barrier.
     """
+    key = f"reasoner:primary_first:{name}"
     if process_index() == 0:
+        outcome = "ok"
         try:
-            result = fn()
+            return fn()
+        except BaseException as err:
+            outcome = f"failed: {type(err).__name__}: {err}"
+            raise
         finally:
+            client = _coordinator()
+            if client is not None:
+                client.key_value_set(key, outcome, allow_overwrite=True)
             barrier(name, timeout_s=timeout_s)
-        return result
     barrier(name, timeout_s=timeout_s)
+    client = _coordinator()
+    outcome = client.blocking_key_value_get(key, 60_000) if client is not None else "ok"
+    if outcome != "ok":
+        raise RuntimeError(f"{name}: process 0 {outcome}; process {process_index()} does not run it in its place")
     return fn()
 
 
