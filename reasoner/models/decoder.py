@@ -15,7 +15,7 @@ Public API
     returned cache has `index_B + T`. Rows may sit at different offsets (multi-turn continuation);
     set `cache.replace(index_B=...)` to write elsewhere. Logits are float32. Writing past the cache's
     `max_len` raises ValueError where the offsets are concrete (eager calls; the chunk length always); under
-    jit a token that lands past the end is not written and its logits are NaN (`check_room`).
+    jit a row whose chunk runs past the end writes nothing and its logits are NaN (`check_room`).
 `model.hidden_states(...)` is the same call without the vocabulary projection, returning
 (hidden_BxTxD, cache); `model.logits(hidden)` projects. Trainers use them to compute
 log-probs chunk by chunk.
@@ -73,7 +73,7 @@ def check_room(cache: KVCache, new_tokens: int) -> None:
 
     The chunk length is static and always checked; the row offsets `cache.index_B` only when they are concrete
     and readable by this process (eager calls). Under jit they are traced: `Decoder.hidden_states` then drops the
-    overflowing writes and returns NaN for those tokens (see there)."""
+    overflowing rows' writes and returns NaN for their whole chunk."""
     S = cache.max_len
     if new_tokens > S:
         raise ValueError(f"a chunk of {new_tokens} new tokens does not fit a KV cache of {S} slots; "
@@ -165,9 +165,9 @@ class Decoder(nnx.Module):
         x = self.final_norm(x)
         if cache is None:
             return x, None
-        # Traced offsets cannot be checked on the host: a token past the cache was not written (`write_rows`
-        # drops it) and its hidden state is NaN, so an overflow shows instead of passing as wrong numbers.
-        x = jnp.where((q_slot_BxT < cache.max_len)[:, :, None], x, jnp.nan)
+        # Traced offsets cannot be checked on the host: a row whose chunk runs past the cache wrote nothing
+        # (`write_rows`) and its hidden states are NaN, so the overflow shows instead of passing as wrong numbers.
+        x = jnp.where((index_B + T <= cache.max_len)[:, None, None], x, jnp.nan)
         return x, KVCache(k=tuple(new_k), v=tuple(new_v), segment_ids_BxS=kv_seg, index_B=index_B + T)
 
     def logits(self, hidden_BxTxD) -> jax.Array:

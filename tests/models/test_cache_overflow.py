@@ -3,7 +3,7 @@
 `dynamic_update_slice` clamps its start so that the update fits: a chunk of T tokens at offset i > S - T used to
 land on slots S - T .. S - 1, overwriting keys of earlier tokens, and every logit of the call came out finite and
 wrong. Now an eager call raises ValueError naming the cached (prompt) length, the new tokens and the cache length;
-under jit (traced offsets) the tokens that fit are exact and those past the end are NaN, never written.
+under jit (traced offsets) a row whose chunk does not fit writes nothing and its logits are NaN; other rows are exact.
 """
 
 import jax
@@ -14,6 +14,7 @@ from flax import nnx
 
 from reasoner.models import Decoder, init_cache
 from tests.models.test_decoder import CFG, jitted, tol
+from tests.tolerances import logits_atol
 
 PROMPT, CACHE = 10, 16
 
@@ -58,26 +59,31 @@ def test_chunk_longer_than_the_cache_raises_even_under_jit(model):
         f(_tokens(CACHE + 1), _positions(0, CACHE + 1), cache=init_cache(CFG, batch=2, max_len=CACHE))
 
 
-def test_jitted_overflow_keeps_earlier_keys_and_marks_the_rest_nan(model):
-    """Traced offsets: 8 new tokens after a 10-token prompt in 16 slots. The 6 that fit must equal a run with room
-    for all of them (the clamp moved the chunk onto slots 8..15: its logits and slots 8, 9 were wrong), the other
-    2 are NaN, and a later call on the overflowed row stays NaN instead of reading a corrupted cache."""
+def test_jitted_overflow_writes_nothing_and_marks_the_row_nan(model):
+    """Traced offsets: 8 new tokens in a cache of 16 slots, row 0 after its 10-token prompt (overflow), row 1 rewound
+    to slot 8 (fits exactly). Row 1 must equal a run with room for both; row 0 must be NaN with its cache untouched
+    (the clamp moved its chunk onto slots 8..15: finite, wrong logits over its prompt's last keys), and a later call
+    on row 0 stays NaN instead of reading a corrupted cache."""
     f = jitted(model)
     new = 8
     tokens = _tokens(PROMPT + new)
-    roomy, _ = f(tokens[:, PROMPT:], _positions(PROMPT, new), cache=_prefilled(f, tokens, 2 * CACHE))
-    capped_cache = _prefilled(f, tokens, CACHE)
-    capped, after = f(tokens[:, PROMPT:], _positions(PROMPT, new), cache=capped_cache)
-    fit = CACHE - PROMPT
+    offsets = jnp.asarray([PROMPT, CACHE - new])
+    chunk, chunk_positions = tokens[:, PROMPT:], offsets[:, None] + jnp.arange(new)
+    roomy_cache = _prefilled(f, tokens, 2 * CACHE).replace(index_B=offsets)
+    roomy, roomy_after = f(chunk, chunk_positions, cache=roomy_cache)
+    capped_cache = _prefilled(f, tokens, CACHE).replace(index_B=offsets)
+    capped, after = f(chunk, chunk_positions, cache=capped_cache)
     roomy, capped = np.asarray(roomy), np.asarray(capped)
-    np.testing.assert_allclose(capped[:, :fit], roomy[:, :fit], atol=tol(roomy))
-    assert np.isnan(capped[:, fit:]).all() and np.isfinite(capped[:, :fit]).all()
-    for layer in range(CFG.num_layers):  # the prompt's keys are untouched
-        np.testing.assert_array_equal(np.asarray(after.k[layer])[:, :PROMPT],
-                                      np.asarray(capped_cache.k[layer])[:, :PROMPT])
-    assert after.index_B.tolist() == [PROMPT + new] * 2
+    np.testing.assert_allclose(capped[1], roomy[1], atol=tol(roomy))
+    assert np.isnan(capped[0]).all() and np.isfinite(roomy).all()
+    for layer in range(CFG.num_layers):  # row 0 wrote nothing; row 1 wrote its chunk where the roomy run did
+        np.testing.assert_array_equal(np.asarray(after.k[layer])[0], np.asarray(capped_cache.k[layer])[0])
+        want = np.asarray(roomy_after.v[layer])[1, :CACHE]  # layer 1's values went through attention over 32 slots
+        np.testing.assert_allclose(np.asarray(after.v[layer])[1], want, atol=logits_atol(want, CFG, seq_len=CACHE))
+    np.testing.assert_array_equal(np.asarray(after.segment_ids_BxS)[0], np.asarray(capped_cache.segment_ids_BxS)[0])
+    assert after.index_B.tolist() == [PROMPT + new, CACHE]
     next_logits, _ = f(tokens[:, :1], _positions(PROMPT + new, 1), cache=after)
-    assert np.isnan(np.asarray(next_logits)).all()
+    assert np.isnan(np.asarray(next_logits)[0]).all()
 
 
 def test_sampler_caps_the_cache_and_finishes_on_length(model):
