@@ -41,6 +41,16 @@ def test_pipeline_devices_follow_single_device():
     assert pipeline_devices(config) is None
 
 
+def test_single_device_in_a_multi_process_job_is_named(monkeypatch):
+    """One device of process 0 cannot hold a job of several processes (the others would hold no part of it)."""
+    config = load_config("configs/smt_demo.py:tiny")
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"single_device=True in a job of 2 processes: .*single_device=False"):
+        pipeline_devices(config)
+    config.single_device = False
+    assert pipeline_devices(config) is None
+
+
 @pytest.mark.slow
 def test_astar_pipeline_runs_every_stage_on_one_device(tmp_path, monkeypatch, capsys):
     from reasoner import evaluation
