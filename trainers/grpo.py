@@ -387,5 +387,5 @@ def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_ex
 
         params = grpo_eval.export_params(run, result, workdir=workdir, settings=settings, meta=meta)
         export_hf(merged_for_export(run, params), str(config.export_dir), tokenizer=run.tokenizer,
-                  base_model_name_or_path=run.config.model.get("name") or None)
+                  base_model_name_or_path=None if model is not None else run.config.model.get("name") or None)
     return result

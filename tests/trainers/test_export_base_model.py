@@ -3,7 +3,8 @@
 The trainers called `export_hf` without `base_model_name_or_path`, so `adapter/adapter_config.json` said
 `"base_model_name_or_path": null` and `peft.AutoPeftModelForCausalLM.from_pretrained(adapter_dir)` could not find
 the weights the adapters belong to. SFT on a tiny random Llama saved locally (no network) now records the base's
-absolute path, and PEFT's base + adapter gives the logits of our merged top-level export.
+absolute path, and PEFT's base + adapter gives the logits of our merged top-level export. GRPO records it too, but
+not when the caller passed the model in (its base is then not what `config.model.name` holds).
 
 Tolerance (tests/models/test_export.py, derived in tests/models/test_lora.py): each of the two PyTorch evaluations,
 W x + (alpha/r) B (A x) and the merged (W + (alpha/r) B A) x, is within 15 * (n_in_max + rank + 2) * EPS32 of the
@@ -23,6 +24,7 @@ import pytest
 from tests.models.tiny_checkpoints import make_hf_model, save_hf
 from tests.tolerances import EPS32
 from tests.trainers.conftest import tiny_config
+from tests.trainers.test_grpo import tok_dir  # noqa: F401 - a fixture
 
 RANK, INTERMEDIATE = 4, 48  # tiny_checkpoints.TINY's intermediate size is the largest fan-in
 REL_TOL = 2 * 15 * (INTERMEDIATE + RANK + 2) * EPS32
@@ -70,7 +72,8 @@ def test_sft_lora_export_loads_with_auto_peft_and_matches_the_merged_export(sft_
 
 @pytest.mark.parametrize("trainer", ["sft", "dpo", "kto", "grpo"])
 def test_every_trainer_export_passes_the_base_model(trainer):
-    """The four trainers' `export_hf` calls (only SFT's runs above; each takes seconds to minutes) name the base."""
+    """The four trainers' `export_hf` calls name the base (SFT's and GRPO's run in the other tests; DPO's and KTO's
+    are the same expression as SFT's)."""
     tree = ast.parse((TRAINERS / f"{trainer}.py").read_text())
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
              and getattr(node.func, "id", getattr(node.func, "attr", None)) == "export_hf"]
@@ -79,3 +82,30 @@ def test_every_trainer_export_passes_the_base_model(trainer):
         keywords = {k.arg: ast.unparse(k.value) for k in call.keywords}
         assert "config.model" in keywords.get("base_model_name_or_path", ""), \
             f"trainers/{trainer}.py:{call.lineno}: export_hf without base_model_name_or_path"
+
+
+@pytest.mark.parametrize("passed_model", [False, True], ids=["config-model", "caller-model"])
+def test_grpo_lora_export_names_its_base_unless_the_caller_supplied_the_model(tok_dir, tmp_path, passed_model):
+    """GRPO's base is `config.model.name` when it builds the model; a model passed in (an SFT export, say) is not
+    what that name holds, so the adapter then names no base rather than the wrong one."""
+    from reasoner.models import load_model
+    from reasoner.models.export import ADAPTER_DIR
+    from reasoner.rewards import CompositeReward, WeightedReward, completion_text
+    from tests.trainers.test_grpo import one_device_mesh, tiny
+    from trainers import grpo
+
+    base = save_hf(make_hf_model("llama", seed=5, vocab_size=32, num_hidden_layers=1), str(tmp_path / "base"))
+    cfg = tiny(tok_dir, f"--config.model.name={base}", "--config.grpo.max_new_tokens=4", "--config.train.num_steps=1",
+               "--config.train.async_checkpoint=False", file="grpo_cedar.py")
+    cfg.export_dir = str(tmp_path / "export")
+    assert cfg.lora.rank > 0
+    reward = CompositeReward([WeightedReward("len", lambda completions, *, examples: [
+        float(len(completion_text(c).split())) for c in completions])])
+    examples = [{"prompt": [{"role": "user", "content": "say something"}]},
+                {"prompt": [{"role": "user", "content": "one two three"}]}]
+    model = load_model(base) if passed_model else None
+    grpo.train(cfg, workdir=tmp_path / "run", model=model, examples=examples, reward=reward, progress=False,
+               mesh=one_device_mesh())
+    reward.close()
+    config = json.loads((tmp_path / "export" / ADAPTER_DIR / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == (None if passed_model else os.path.abspath(base))
