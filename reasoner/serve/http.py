@@ -5,8 +5,12 @@ Routes: `GET /v1/models`, `GET /health`, `POST /v1/chat/completions` (stream=tru
 too large, wrong fields), 404 for an unknown route, 500 when the batch holding the request failed, 503 while
 shutting down. HTTP/1.1 keep-alive for JSON answers; a stream closes its connection when done.
 
-`Server.shutdown()` (SIGTERM/SIGINT in `reasoner serve`) stops accepting connections, lets the batcher finish
-the queued requests, then waits for the handlers still writing their answers. A client that closes its connection
+`Server.close_gracefully()` (SIGTERM/SIGINT in `reasoner serve`) stops accepting connections, lets the batcher
+finish the queued requests, waits for the handlers still writing their answers, then ends the connections left open
+(idle keep-alive ones, stalled uploads) and joins their threads: no thread of the server outlives it. (A connection's
+thread holds the server, and through it the engine and its device arrays; one that ended later, when its client let
+go or its socket timed out, dropped the last reference there, and a JAX array freed on a daemon thread while the
+interpreter exits aborts the process: "terminate called ... exception not rethrown".) A client that closes its connection
 before its answer (a streaming one, or one waiting for JSON) has its request dropped from the engine, and a socket
 that stalls for `SOCKET_TIMEOUT_S` is closed.
 """
@@ -214,7 +218,6 @@ class _InFlight:
 class Server(ThreadingHTTPServer):
     """The OpenAI-compatible server over a `ChatService` (see module docstring)."""
 
-    daemon_threads = True  # idle keep-alive connections must not hold the process at exit
     request_queue_size = 128  # the listen backlog (socketserver's default 5 dropped connections of 16 clients at once)
     allow_reuse_address = True
 
@@ -224,6 +227,41 @@ class Server(ThreadingHTTPServer):
         self.service, self.max_body_bytes = service, int(max_body_bytes)
         self.tracker = _InFlight()
         self.started = int(time.time())
+        self._connections: dict[threading.Thread, socket.socket] = {}  # open connections, by their handler thread
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request, client_address):
+        """One thread per connection (as `ThreadingMixIn`), registered before it starts, so that `close_gracefully`
+        finds every connection `serve_forever` accepted; a daemon, so that idle keep-alive connections do not hold up
+        a process that exits without closing the server."""
+        thread = threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                                  name="reasoner-serve-connection", daemon=True)
+        with self._connections_lock:
+            self._connections[thread] = request
+        thread.start()
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._connections_lock:
+                self._connections.pop(threading.current_thread(), None)
+
+    def _end_connections(self, timeout: float) -> None:
+        """Shuts the open connections (their handlers read EOF and return) and joins their threads."""
+        with self._connections_lock:
+            open_now = list(self._connections.items())
+        for _, sock in open_now:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed by its handler
+                pass
+        deadline = time.monotonic() + timeout
+        for thread, _ in open_now:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        left = sum(thread.is_alive() for thread, _ in open_now)
+        if left:
+            log.warning("shutdown: %d connection threads still running after %.0f s", left, timeout)
 
     @property
     def url(self) -> str:
@@ -236,4 +274,5 @@ class Server(ThreadingHTTPServer):
         self.service.batcher.close(timeout)
         if not self.tracker.wait_idle(timeout):
             log.warning("shutdown: requests still being answered after %.0f s", timeout)
+        self._end_connections(timeout)
         self.server_close()
