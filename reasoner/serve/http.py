@@ -42,10 +42,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _client_gone(self) -> bool:
         """Whether the client closed its connection (polled while its answer is generated): the socket reads as
-        closed (EOF) or fails. Pipelined bytes of a next request mean it is still there."""
+        closed (EOF) or fails. Pipelined bytes of a next request mean it is still there. `poll`, not `select`:
+        select() refuses descriptors past 1023 (ValueError), which a busy server's sockets reach, and the handler then
+        answered 500 to a client that was still waiting."""
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            poller = select.poll()
+            poller.register(self.connection, select.POLLIN)
+            return bool(poller.poll(0)) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
 
