@@ -9,7 +9,9 @@
   adapter/                 only when the model carries LoRA adapters: PEFT's `adapter_config.json` and
                            `adapter_model.safetensors` (keys `base_model.model.<hf module>.lora_A.weight` [r, in]
                            and `.lora_B.weight` [out, r]), loadable with `peft.PeftModel.from_pretrained(base,
-                           out_dir / "adapter")` onto the base model the run started from
+                           out_dir / "adapter")` onto the base model the run started from, or alone with
+                           `peft.AutoPeftModelForCausalLM.from_pretrained(out_dir / "adapter")` when
+                           `base_model_name_or_path=` named that base
 
 so that `transformers.AutoModelForCausalLM.from_pretrained(out_dir)` and `AutoTokenizer.from_pretrained(out_dir)`
 load it with nothing else (the adapter lives in a sub-directory: an `adapter_config.json` at the top would make
