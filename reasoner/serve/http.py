@@ -10,9 +10,9 @@ finish the queued requests, waits for the handlers still writing their answers, 
 (idle keep-alive ones, stalled uploads) and joins their threads: no thread of the server outlives it. (A connection's
 thread holds the server, and through it the engine and its device arrays; one that ended later, when its client let
 go or its socket timed out, dropped the last reference there, and a JAX array freed on a daemon thread while the
-interpreter exits aborts the process: "terminate called ... exception not rethrown".) A client that closes its connection
-before its answer (a streaming one, or one waiting for JSON) has its request dropped from the engine, and a socket
-that stalls for `SOCKET_TIMEOUT_S` is closed.
+interpreter exits aborts the process: "terminate called ... exception not rethrown".) A client that closes its
+connection before its answer (a streaming one, or one waiting for JSON) has its request dropped from the engine,
+and a socket that stalls for `SOCKET_TIMEOUT_S` is closed.
 """
 
 from __future__ import annotations

@@ -135,7 +135,8 @@ def sentencepiece_tokenizer():
     texts = ["Hello world, the cat sat on the mat.", "naïve café and the world of cats", "the quick brown fox"] * 20
     base = Tokenizer(models.BPE(unk_token="<unk>"))
     base.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    base.train_from_iterator(texts, trainer=trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"]))
+    trainer = trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"])
+    base.train_from_iterator(texts, trainer=trainer)
     model = json.loads(base.to_str())["model"]
     vocab = dict(model["vocab"])
     for b in range(256):

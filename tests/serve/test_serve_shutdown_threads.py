@@ -29,7 +29,8 @@ def _keep_alive_request(url: str) -> socket.socket:
     while b"\r\n\r\n" not in answer:
         answer += sock.recv(4096)
     head, _, rest = answer.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
     while len(rest) < length:
         rest += sock.recv(4096)
     assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" not in head
