@@ -9,10 +9,12 @@ with `reasoner.tasks.astar.score_completion` (parse -> verify -> efficiency). Bo
 pushes, pops and efficiencies; rewards agree within 1e-6 (float32 on device).
 
 Metrics (JSON report, one dict per model):
-  accuracy           share of correct attempts with a 95% Wilson interval (over all P*K attempts; with K = 1 this
-                     is the paper's accuracy over problems);
-  efficiency_pushes  mean over correct attempts of steps(shortest proof) / steps(attempt), bootstrap interval;
-  efficiency_pops    same with |V_pops| (Eq. 6), bootstrap interval;
+  accuracy           share of correct attempts over all P*K attempts (with K = 1 the paper's accuracy over problems)
+                     with a 95% Wilson interval; with K > 1 the Wilson interval uses the design-effect adjusted number
+                     of trials (the K attempts of a problem are correlated; `intervals.clustered_wilson_interval`);
+  efficiency_pushes  mean over correct attempts of steps(shortest proof) / steps(attempt), with a 95% percentile
+                     bootstrap interval that resamples problems, not attempts (`pareto.summarise_model`);
+  efficiency_pops    same with |V_pops| (Eq. 6);
   reliability        avg@N, pass@k (unbiased), pass^k and stability pass^k / pass@k for each k <= K;
   finish_reasons, mean completion tokens, seconds.
 `write_report` stores the reports as JSON and draws accuracy against efficiency with the Pareto front.
@@ -286,7 +288,7 @@ def evaluate_completions(problems: Sequence[AStarProblem], completions: Sequence
     point, report = summarise_model(
         label, correct=[s.correct for s in flat],
         efficiency={"pushes": [s.efficiency_pushes for s in flat], "pops": [s.efficiency_pops for s in flat]},
-        group=group, n_resamples=n_resamples, seed=seed)
+        problem=[i for i, row in enumerate(scores) for _ in row], group=group, n_resamples=n_resamples, seed=seed)
     correct_PxK = np.array([[s.correct for s in row] for row in scores], bool)
     report["problems"] = len(problems)
     report["samples_per_problem"] = int(correct_PxK.shape[1])

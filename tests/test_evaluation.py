@@ -76,6 +76,11 @@ def test_k_samples_reliability_equals_unbiased_estimators(problems):
         assert rep["reliability"][f"stability@{k}"] == pytest.approx(hat / at)
     assert rep["accuracy"]["estimate"] == pytest.approx(correct.mean())
     assert rep["accuracy"]["n"] == len(problems) * K
+    # intervals over problems, not over the P*K correlated attempts (tests/metrics/test_pareto.py checks the numbers)
+    assert rep["accuracy"]["method"] == "wilson-design-effect" and rep["accuracy"]["clusters"] == len(problems)
+    for key in ("efficiency_pushes", "efficiency_pops"):
+        assert rep[key]["method"] == "cluster-bootstrap-percentile" and rep[key]["clusters"] == len(problems)
+        assert rep[key]["n"] == correct.sum()
 
 
 def test_report_json_png_and_pareto_front(problems, tmp_path):

@@ -1,5 +1,7 @@
-"""`reasoner report astar RUN [RUN ...] --out DIR [--json]`: the A* paper's figures (Figs. 2-6) and one table from
-the reports of several A* runs (`reasoner.pipelines.astar_report`)."""
+"""`reasoner report astar RUN [RUN ...] --out DIR [--json] [--require-complete]`: the A* paper's figures (Figs. 2-6)
+and one table from the reports of several A* runs (`reasoner.pipelines.astar_report`). A run whose pipeline did not
+finish (preempted or failed part-way) is included and marked partial everywhere, with a warning on stderr;
+`--require-complete` refuses it instead (exit 2)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ def register(subparsers) -> None:
     astar.add_argument("runs", nargs="+", help="A* run directories (with report/astar.json) or astar.json files")
     astar.add_argument("--out", default="runs/report", help="where the figures, table and JSON go")
     astar.add_argument("--json", action="store_true", help="print the written paths as one JSON object")
+    astar.add_argument("--require-complete", action="store_true",
+                       help="refuse runs whose pipeline did not finish (by default they are shown, marked partial)")
     astar.set_defaults(func=run_astar)
 
 
@@ -26,7 +30,18 @@ def run_astar(args) -> int:
     except ValueError as err:
         print(f"reasoner report astar: {err}", file=sys.stderr)
         return 2
-    paths = write_combined(runs, args.out)
+    partial = [(path, run) for path, run in zip(args.runs, runs) if not run.complete]
+    for path, run in partial:
+        print(f"reasoner report astar: {'error' if args.require_complete else 'warning'}: {path} is a partial run: "
+              f"{run.partial}" + ("" if args.require_complete else "; its models are marked '(partial run)'"),
+              file=sys.stderr)
+    if partial and args.require_complete:
+        return 2
+    try:
+        paths = write_combined(runs, args.out)
+    except ValueError as err:  # runs named alike given twice, a malformed training records file, ...
+        print(f"reasoner report astar: {err}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(paths))
     else:

@@ -17,6 +17,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 
+MARKERS = "osD^v<>ph*"
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelPoint:
     """One evaluated model: accuracy and efficiencies, each with an optional (low, high) interval."""
@@ -27,6 +30,7 @@ class ModelPoint:
     accuracy_interval: tuple[float, float] | None = None
     efficiency_interval: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     group: str = ""  # points of one group share a colour (e.g. one reward model)
+    partial: bool = False  # a model of a run that did not finish: drawn with an open marker
 
 
 def summarise_model(
@@ -34,24 +38,56 @@ def summarise_model(
     *,
     correct: Sequence[bool],
     efficiency: Mapping[str, Sequence[float | None]],
+    problem: Sequence[int] | None = None,
     group: str = "",
     confidence: float = 0.95,
     n_resamples: int = 10_000,
     seed: int = 0,
 ) -> tuple[ModelPoint, dict]:
-    """Accuracy with its Wilson interval and each efficiency with a bootstrap interval, as the paper reports them.
+    """Accuracy and each efficiency with their intervals, as the paper reports them (Wilson for accuracy, bootstrap
+    for efficiency), with problems as the sampled unit.
 
-    efficiency[key][i] is example i's proportion against the shortest proof; it is only defined for correct
-    proofs (§4.1), so entries of incorrect examples are ignored (they may be None). With no correct example the
-    efficiency is undefined: the report says None and the plotted point sits at efficiency 0.
-    Returns (point for `plot_accuracy_efficiency`, JSON-ready report).
+    correct[i] / efficiency[key][i] describe attempt i, and problem[i] (in [0, P)) is the problem it answered (None:
+    every attempt is its own problem, the paper's greedy K = 1). efficiency[key][i] is the attempt's proportion
+    against the shortest proof; it is only defined for correct proofs (§4.1), so entries of incorrect attempts are
+    ignored (they may be None). The efficiency estimate is the mean over all correct attempts; its interval is the
+    problem-level (cluster) percentile bootstrap (`intervals.cluster_bootstrap_interval`): the P problems, solved or
+    not, are resampled with replacement and each resample's statistic is the mean over its correct attempts, since the
+    K attempts of one problem are correlated and resampling attempts would give too narrow an interval. A resample
+    that draws no solved problem has no efficiency and is dropped (counted in the report's `undefined_resamples`):
+    the interval is conditional on the efficiency being defined, as the estimate is. The paper (greedy, K = 1) says
+    only "bootstrap CIs for efficiency"; with K = 1 problems and attempts coincide, the unsolved problems still take
+    part in the resampling. With no correct attempt at all the efficiency is undefined: the report says None and the
+    plotted point sits at efficiency 0.
+
+    Accuracy: the Wilson interval over the attempts when each problem has one attempt; with several attempts per
+    problem the Wilson interval with the design-effect adjusted number of trials (`intervals.
+    clustered_wilson_interval`), for the same reason. Returns (point for `plot_accuracy_efficiency`, JSON-ready
+    report).
     """
-    from reasoner.metrics.intervals import bootstrap_interval, wilson_interval
+    from reasoner.metrics.intervals import cluster_bootstrap_interval, clustered_wilson_interval, wilson_interval
 
     correct_arr = np.asarray(correct, bool)
     if correct_arr.ndim != 1 or correct_arr.size == 0:
         raise ValueError(f"correct has shape {correct_arr.shape}: expected a non-empty 1-D sequence")
-    acc = wilson_interval(int(correct_arr.sum()), int(correct_arr.size), confidence=confidence)
+    if problem is None:
+        problem_arr = np.arange(correct_arr.size)
+    else:
+        problem_arr = np.asarray(problem)
+        if problem_arr.shape != correct_arr.shape or problem_arr.dtype.kind not in "iu":
+            raise ValueError(f"problem has shape {problem_arr.shape} ({problem_arr.dtype}): expected one int problem "
+                             f"index per attempt ({correct_arr.size})")
+        if problem_arr.min() < 0:
+            raise ValueError("problem: expected indices >= 0")
+    # problems renumbered 0..P-1 in sorted order (an index that never occurs is no problem)
+    _, problem_arr = np.unique(problem_arr, return_inverse=True)
+    n_problems = int(problem_arr.max()) + 1
+    trials = np.bincount(problem_arr, minlength=n_problems)
+    if np.all(trials == 1):
+        acc = wilson_interval(int(correct_arr.sum()), int(correct_arr.size), confidence=confidence)
+    else:
+        solved = np.bincount(problem_arr, weights=correct_arr.astype(np.float64), minlength=n_problems)
+        acc = clustered_wilson_interval(solved, trials, confidence=confidence)
     report = {"label": label, "examples": int(correct_arr.size), "accuracy": acc.as_dict()}
     point_eff, point_eff_iv = {}, {}
     for key, values in efficiency.items():
@@ -63,7 +99,8 @@ def summarise_model(
             report[f"efficiency_{key}"] = None
             point_eff[key] = 0.0
             continue
-        eff = bootstrap_interval(kept, confidence=confidence, n_resamples=n_resamples, seed=seed)
+        eff = cluster_bootstrap_interval(kept, problem_arr[correct_arr], n_clusters=n_problems, confidence=confidence,
+                                         n_resamples=n_resamples, seed=seed)
         report[f"efficiency_{key}"] = eff.as_dict()
         point_eff[key], point_eff_iv[key] = eff.estimate, (eff.low, eff.high)
     point = ModelPoint(label, acc.estimate, point_eff, (acc.low, acc.high), point_eff_iv, group)
@@ -148,11 +185,13 @@ def plot_accuracy_efficiency_grid(
                 raise ValueError(f"point {p.label!r} has no efficiency {missing}: expected keys {list(efficiency_keys)}")
     groups = list(dict.fromkeys(p.group or p.label for points, _ in rows.values() for p in points))
     colours = {g: plt.get_cmap("tab10")(i % 10) for i, g in enumerate(groups)}
+    # tab10 repeats after 10 groups: the marker shape changes with each block of 10, so no two legend entries match
+    markers = {g: MARKERS[(i // 10) % len(MARKERS)] for i, g in enumerate(groups)}
     fig, axes = plt.subplots(len(rows), len(efficiency_keys), figsize=(5.0 * len(efficiency_keys), 4.2 * len(rows)),
                              squeeze=False)
     fronts: dict[str, dict[str, list[str]]] = {}
     for ax_row, (row_title, (points, reference)) in zip(axes, rows.items()):
-        fronts[row_title] = {key: _panel(ax, points, key, reference, colours, row_title)
+        fronts[row_title] = {key: _panel(ax, points, key, reference, colours, markers, row_title)
                              for ax, key in zip(ax_row, efficiency_keys)}
     handles: dict = {}
     for ax in axes.flat:  # one legend entry per label over all panels
@@ -172,8 +211,9 @@ def plot_accuracy_efficiency_grid(
     return fronts
 
 
-def _panel(ax, points: Sequence[ModelPoint], key: str, reference, colours, row_title: str) -> list[str]:
-    """One accuracy-vs-`key` panel: points with intervals, the front ringed and joined, dashed references."""
+def _panel(ax, points: Sequence[ModelPoint], key: str, reference, colours, markers, row_title: str) -> list[str]:
+    """One accuracy-vs-`key` panel: points with intervals (open markers for models of partial runs), the front ringed
+    and joined, dashed references."""
     import matplotlib.pyplot as plt
 
     front = set(_front_of(points, key).tolist())
@@ -182,9 +222,10 @@ def _panel(ax, points: Sequence[ModelPoint], key: str, reference, colours, row_t
         xerr = _err(x, p.efficiency_interval.get(key))
         yerr = _err(y, p.accuracy_interval)
         colour = colours[p.group or p.label]
-        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=colour, ecolor=colour, alpha=0.9, capsize=3,
-                    markersize=8 if i in front else 6, markeredgecolor="black" if i in front else colour,
-                    markeredgewidth=2 if i in front else 1, label=p.label)
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=markers[p.group or p.label], color=colour, ecolor=colour,
+                    alpha=0.9, capsize=3, markersize=8 if i in front else 6,
+                    markeredgecolor="black" if i in front else colour, markeredgewidth=2 if i in front else 1,
+                    markerfacecolor="none" if p.partial else colour, label=p.label)
     front_xy = sorted((points[i].efficiency[key], points[i].accuracy) for i in front)
     if len(front_xy) > 1:
         fx, fy = zip(*front_xy)

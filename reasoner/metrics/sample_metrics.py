@@ -89,17 +89,20 @@ def completeness(correct: Sequence[bool], verified: Sequence[bool]) -> float | N
 
 def consistency_ece(answers_by_problem: Sequence[Sequence[str | None]], gold: Sequence[str]) -> float | None:
     """ECE of the self-consistency confidence (module docstring); None when there are no attempts."""
-    conf, acc = [], []
+    conf, acc, index = [], [], []
     bins = max((len(a) for a in answers_by_problem), default=0)
     for answers, g in zip(answers_by_problem, gold):
         counts = collections.Counter(a for a in answers if a is not None)
         for a in answers:
-            conf.append(counts[a] / len(answers) if a is not None else 0.0)
+            same = counts[a] if a is not None else 0
+            conf.append(same / len(answers))
             acc.append(float(a == g))
+            # the bin floor(conf * bins) in integers: in floats (c / K) * K can fall just below c (1/49 * 49 < 1)
+            # and put the attempt one bin too low; confidence 1.0 joins the top bin
+            index.append(min(same * bins // len(answers), bins - 1))
     if not conf:
         return None
-    conf_N, acc_N = np.asarray(conf), np.asarray(acc)
-    index = np.minimum((conf_N * bins).astype(int), bins - 1)  # confidence 1.0 joins the top bin
+    conf_N, acc_N, index = np.asarray(conf), np.asarray(acc), np.asarray(index)
     ece = 0.0
     for b in range(bins):
         members = index == b

@@ -13,7 +13,8 @@ and entity set. The summary holds
     accuracy when attempts are cut after t turns (an attempt counts as correct at t when it finished correctly
     within t turns), t = 1..max turns;
   - 95% intervals: percentile bootstrap over problems (the unit that is sampled) for the reliability and
-    quality rates, seeded.
+    quality rates, seeded; soundness, a rate over the verified attempts, gets the cluster bootstrap over problems
+    (`intervals.cluster_bootstrap_interval`: a resample drawing no verified attempt is dropped).
 `run_divergence` compares two runs (e.g. SFT and SFT+DPO): the Jensen-Shannon divergence of the pooled SMT-LIB
 production counts of their final parseable calls.
 """
@@ -26,7 +27,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from reasoner.metrics import sample_metrics as sm
-from reasoner.metrics.intervals import bootstrap_interval
+from reasoner.metrics.intervals import bootstrap_interval, cluster_bootstrap_interval
 from reasoner.metrics.reliability import pass_at_k_single, pass_hat_k_single
 from reasoner.metrics.smt import parsed_programs, smt_metrics
 from reasoner.verifiers import smtlib
@@ -96,8 +97,13 @@ def smt_eval_summary(trajectories, *, k: int, answers: Mapping[int, str | None],
     summary["mean_grounding"] = float(np.mean(scores)) if scores else None
     summary["efficiency_profile"] = efficiency_profile(flat, max_turns=max_turns)
     summary["intervals"] = {key: _interval(v, seed=seed, n_resamples=n_resamples) for key, v in per.items()}
-    summary["intervals"]["soundness"] = _interval(
-        [float(t.correct) for t in flat if t.verified], seed=seed, n_resamples=n_resamples)
+    # soundness pools the verified attempts of every problem: the problems are resampled, not the attempts
+    verified = [(float(bool(t.correct)), i) for i, p in enumerate(ids) for t in groups[p] if t.verified]
+    summary["intervals"]["soundness"] = None
+    if verified:
+        values, clusters = zip(*verified)
+        i = cluster_bootstrap_interval(values, clusters, n_clusters=len(ids), seed=seed, n_resamples=n_resamples)
+        summary["intervals"]["soundness"] = {"estimate": i.estimate, "low": i.low, "high": i.high}
     return summary
 
 

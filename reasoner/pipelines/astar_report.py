@@ -14,15 +14,30 @@ Each RUN is a workdir of the A* pipeline (`reasoner demo`, `reasoner train --con
   astar_combined.md      the table of every model (accuracy, efficiency by pushes and by pops, with intervals).
   astar_combined.json    the same rows, the Pareto fronts per dataset and the histogram counts.
 
-Choices where the paper is silent: a model is labelled `<run>: <label>` (the run's directory name); the base model of
-runs of one dataset is drawn once when their reports agree (same accuracy over the same examples), since each run
-evaluates the same base; the reference lines of a dataset come from its first run.
+Choices where the paper is silent: a model is labelled `<run>: <label>` (the run's directory name; runs of the same
+name are told apart by their parent directories); the base model of runs of one dataset is drawn once when their
+reports agree (same accuracy over the same examples), since each run evaluates the same base; the reference lines of a
+dataset come from its first run (the table notes it when the runs' lines differ: their test sets differ).
+
+Partial runs. The A* pipeline rewrites `report/astar.json` after each evaluation with `"complete": false` and only
+its last write says `"complete": true`, so a run preempted (SIGTERM: the trainer checkpoints and the pipeline
+returns) or failed part-way leaves a report with only its first models. Such a run is accepted, since its finished
+evaluations are real, but never shown as a whole run: its models are labelled `<run> (partial run): <label>` in the
+table, the JSON and the figure (where they are drawn with open markers), the table names each partial run and the
+evaluations it is missing (from the run's config and finished stages), the JSON marks it (`runs[i].complete`,
+`.partial`), and the command warns on stderr; `--require-complete` refuses such runs instead. A report without the
+flag (not written by a finished pipeline) counts as partial. A model entry is refused, with the file, the model and
+what is missing, when it lacks a field the pipeline always writes (`examples`, `accuracy` with estimate / low /
+high, `efficiency_pushes` and `efficiency_pops`, each an interval or null for "no correct proof") or holds a number
+that is not finite and in [0, 1]: a truncated or hand-edited entry would otherwise be drawn without its interval or
+at a made-up position.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 from collections.abc import Sequence
 
@@ -31,20 +46,98 @@ from reasoner.metrics.pareto import ModelPoint
 SEARCH_ORDERS = {"zero": "Dijkstra", "dependency": "A* dependency", "true": "A* true cost-to-go"}
 
 
+EFFICIENCY_KEYS = ("pushes", "pops")
+
+
 @dataclasses.dataclass(frozen=True)
 class RunReport:
-    """One run's report: its name, dataset, model reports (as `astar.json` holds them) and reference lines."""
+    """One run's report: its name, dataset, model reports (as `astar.json` holds them) and reference lines; `partial`
+    says why the run is not known to be whole (None: its report says complete) and `missing` which evaluations
+    of its config did not finish (None when the report does not record its config and stages)."""
 
     name: str
     dataset: str
     models: list[dict]
     reference: dict | None
     train_records: pathlib.Path | None  # data/records/train.jsonl when the run directory has it
+    path: pathlib.Path | None = None  # the astar.json read
+    partial: str | None = None
+    missing: list[str] | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.partial is None
+
+
+def _unit(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and 0.0 <= value <= 1.0
+
+
+def _interval_problems(value, name: str) -> list[str]:
+    """What is wrong with one interval entry ({"estimate", "low", "high", ...}), [] when nothing."""
+    if not isinstance(value, dict):
+        return [f"'{name}' is not an interval object"]
+    absent = [k for k in ("estimate", "low", "high") if value.get(k) is None]
+    if absent:
+        return [f"'{name}' has no {', '.join(repr(k) for k in absent)}"]
+    bad = [k for k in ("estimate", "low", "high") if not _unit(value[k])]
+    if bad:
+        return [f"'{name}' has {', '.join(f'{k}={value[k]!r}' for k in bad)} (expected finite numbers in [0, 1])"]
+    if value["low"] > value["high"]:
+        return [f"'{name}' has low {value['low']} > high {value['high']}"]
+    return []
+
+
+def model_problems(m) -> list[str]:
+    """What a model entry of astar.json lacks or holds wrongly, against what `reasoner.evaluation` writes; []
+    when it is whole."""
+    if not isinstance(m, dict):
+        return ["not an object"]
+    out = []
+    if not isinstance(m.get("label"), str):
+        out.append("no 'label' string")
+    examples = m.get("examples")
+    if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
+        out.append("no 'examples' count" if examples is None else f"'examples' is {examples!r} (expected an int >= 1)")
+    if "accuracy" not in m:
+        out.append("no 'accuracy'")
+    else:
+        out += _interval_problems(m["accuracy"], "accuracy")
+    for key in EFFICIENCY_KEYS:
+        name = f"efficiency_{key}"
+        if name not in m:
+            out.append(f"no '{name}'")
+        elif m[name] is None:  # no correct proof: only when the accuracy is 0
+            acc = m.get("accuracy")
+            if isinstance(acc, dict) and _unit(acc.get("estimate")) and acc["estimate"] > 0:
+                out.append(f"'{name}' is null (no correct proof) but the accuracy is {acc['estimate']}")
+        else:
+            out += _interval_problems(m[name], name)
+    return out
+
+
+def _missing_evaluations(doc: dict) -> list[str] | None:
+    """The evaluation stages the run's config asked for that its report does not list as finished (`timings_s`
+    holds each finished stage); None when the report records no config or stages."""
+    config, timings = doc.get("config"), doc.get("timings_s")
+    if not isinstance(config, dict) or not isinstance(timings, dict):
+        return None
+    section = lambda name: config.get(name) if isinstance(config.get(name), dict) else {}  # noqa: E731
+    expected = ["eval_base"]
+    if section("eval").get("few_shot"):
+        expected.append("eval_base_few_shot")
+    if section("sft").get("enabled"):
+        expected.append("eval_sft")
+    if section("grpo").get("enabled"):
+        expected.append("eval_grpo")
+    return [stage for stage in expected if stage not in timings]
 
 
 def load_run(path) -> RunReport:
     """A run directory (its `report/astar.json`) or an `astar.json` file; a ValueError that names the file and
-    what was expected when it is missing or malformed."""
+    what was expected when it is missing or malformed, or when a model entry lacks what the pipeline writes
+    (`model_problems`). A report that does not say `"complete": true` loads as a partial run (module docstring)."""
     path = pathlib.Path(path)
     js = path / "report" / "astar.json" if path.is_dir() else path
     if not js.is_file():
@@ -60,28 +153,83 @@ def load_run(path) -> RunReport:
     for i, m in enumerate(models):
         if not isinstance(m, dict) or not isinstance(m.get("label"), str) or not isinstance(m.get("accuracy"), dict):
             raise ValueError(f"{js}: models[{i}] has no 'label' string and 'accuracy' object")
+    problems = [f"models[{i}] ({m['label']!r}): {'; '.join(found)}"
+                for i, m in enumerate(models) if (found := model_problems(m))]
+    if problems:
+        raise ValueError(f"{js}: incomplete model entries (expected what reasoner.evaluation writes for each model: "
+                         "examples, accuracy and efficiency_pushes / efficiency_pops with estimate, low and high):\n  "
+                         + "\n  ".join(problems))
     dataset = str(((doc.get("config") or {}).get("data") or {}).get("dataset") or "unknown")
     run_dir = js.parent.parent if js.parent.name == "report" else None  # <run>/report/astar.json: named by <run>
     records = run_dir / "data" / "records" / "train.jsonl" if run_dir is not None else None
+    missing = _missing_evaluations(doc)
+    partial = None
+    if doc.get("complete") is not True:
+        partial = ("its report says complete: false (the pipeline stopped before its last evaluation: preempted or "
+                   "failed)" if doc.get("complete") is False else
+                   "its report has no 'complete': true (not the report of a finished A* pipeline)")
+        partial += (f"; missing evaluations: {', '.join(missing)}" if missing else
+                    "; which evaluations are missing is not recorded" if missing is None else "")
     return RunReport(run_dir.name if run_dir is not None else js.stem, dataset, models, doc.get("reference_efficiency"),
-                     records if records is not None and records.is_file() else None)
+                     records if records is not None and records.is_file() else None, js, partial,
+                     missing if partial is not None else [])
 
 
-def model_point(report: dict, label: str) -> ModelPoint:
-    """The plotted point of one model report (`summarise_model`'s JSON): undefined efficiency sits at 0."""
+def distinct_names(runs: Sequence[RunReport]) -> list[RunReport]:
+    """The runs with distinct names: runs named alike (`a/sft` and `b/sft`, or astar.json files outside a run
+    directory) take as many parent directories of their run as tell them apart (`a/sft`, `b/sft`). The same file
+    given twice is a ValueError."""
+    seen: dict[pathlib.Path, int] = {}
+    for i, run in enumerate(runs):
+        if run.path is not None:
+            key = run.path.resolve()
+            if key in seen:
+                raise ValueError(f"{run.path}: given twice (runs {seen[key] + 1} and {i + 1})")
+            seen[key] = i
+
+    def parts(run: RunReport) -> tuple[str, ...]:
+        if run.path is None:
+            return (run.name,)
+        js = run.path.resolve()
+        base = js.parent.parent if js.parent.name == "report" else js.with_suffix("")
+        return tuple(base.parts[1:]) or (run.name,)
+
+    out = list(runs)
+    for name in {r.name for r in runs}:
+        same = [i for i, r in enumerate(runs) if r.name == name]
+        if len(same) < 2:
+            continue
+        paths = [parts(runs[i]) for i in same]
+        depth = 1
+        while depth < max(map(len, paths)) and len({p[-depth:] for p in paths}) < len(paths):
+            depth += 1
+        for i, p in zip(same, paths):
+            out[i] = dataclasses.replace(runs[i], name="/".join(p[-depth:]))
+    return out
+
+
+def model_point(report: dict, label: str, *, partial: bool = False) -> ModelPoint:
+    """The plotted point of one model report (`summarise_model`'s JSON, checked by `model_problems`): undefined
+    efficiency (no correct proof) sits at 0 without an interval."""
     acc = report["accuracy"]
     eff, eff_iv = {}, {}
-    for key in ("pushes", "pops"):
-        e = report.get(f"efficiency_{key}")
+    for key in EFFICIENCY_KEYS:
+        e = report[f"efficiency_{key}"]
         eff[key] = float(e["estimate"]) if e else 0.0
-        if e and e.get("low") is not None:
+        if e:
             eff_iv[key] = (float(e["low"]), float(e["high"]))
-    interval = (float(acc["low"]), float(acc["high"])) if acc.get("low") is not None else None
-    return ModelPoint(label, float(acc["estimate"]), eff, interval, eff_iv)
+    return ModelPoint(label, float(acc["estimate"]), eff, (float(acc["low"]), float(acc["high"])), eff_iv,
+                      partial=partial)
+
+
+def run_label(run: RunReport) -> str:
+    """How a run's models are labelled: `<run>` or `<run> (partial run)`."""
+    return run.name if run.complete else f"{run.name} (partial run)"
 
 
 def by_dataset(runs: Sequence[RunReport]) -> dict[str, tuple[list[tuple[str, dict]], dict | None]]:
-    """{dataset: ([(label, model report)], reference lines)}: every model of every run, a shared base once."""
+    """{dataset: ([(label, model report)], reference lines)}: every model of every run, a shared base once; each
+    row's report gains `run` and `run_complete`."""
     out: dict[str, tuple[list, dict | None]] = {}
     for run in runs:
         rows, reference = out.setdefault(run.dataset, ([], run.reference))
@@ -89,18 +237,25 @@ def by_dataset(runs: Sequence[RunReport]) -> dict[str, tuple[list[tuple[str, dic
             if m["label"] == "base" and any(r["label"] == "base" and r["accuracy"] == m["accuracy"]
                                             and r.get("examples") == m.get("examples") for _, r in rows):
                 continue
-            rows.append((f"{run.name}: {m['label']}", m))
+            rows.append((f"{run_label(run)}: {m['label']}", dict(m, run=run.name, run_complete=run.complete)))
     return out
 
 
-def proof_step_counts(records_path: pathlib.Path, dataset: str) -> dict[str, list[int]]:
-    """{search order: [proof steps of each provable training problem]} under each of the three heuristics."""
+def proof_step_counts(records_path: pathlib.Path, dataset: str, *, seen: set | None = None) -> dict[str, list[int]]:
+    """{search order: [proof steps of each provable training problem]} under each of the three heuristics. `seen`:
+    the records (canonical JSON) already counted, skipped here and added to, so that runs sharing their training
+    problems count each problem once."""
     from reasoner.data.jsonl import read_jsonl
     from reasoner.tasks.astar import problem_from_record
     from search.astar import solve
 
     counts: dict[str, list[int]] = {name: [] for name in SEARCH_ORDERS.values()}
     for record in read_jsonl(records_path, what="one A* problem record per line"):
+        if seen is not None:
+            key = json.dumps(record, sort_keys=True)
+            if key in seen:
+                continue
+            seen.add(key)
         problem = problem_from_record(record, dataset=dataset)
         for heuristic, name in SEARCH_ORDERS.items():
             result = solve(problem.program, problem.goal, heuristic=heuristic)
@@ -118,21 +273,29 @@ def write_combined(runs: Sequence[RunReport], out_dir) -> dict[str, str]:
         raise ValueError("no run to report on")
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    runs = distinct_names(runs)
     datasets = by_dataset(runs)
-    rows = {d: ([model_point(m, label) for label, m in models], reference)
+    rows = {d: ([model_point(m, label, partial=not m["run_complete"]) for label, m in models], reference)
             for d, (models, reference) in datasets.items()}
-    fronts = plot_accuracy_efficiency_grid(rows, path=out / "astar_combined.png")
+    partial_runs = [r for r in runs if not r.complete]
+    fronts = plot_accuracy_efficiency_grid(
+        rows, path=out / "astar_combined.png",
+        title="open markers: models of partial runs (not every evaluation finished)" if partial_runs else None)
     steps = {}
-    for run in runs:
+    seen_records: dict[str, set] = {}
+    for run in runs:  # runs of one dataset usually share their training split: each problem counts once
         if run.train_records is not None:
-            for name, values in proof_step_counts(run.train_records, run.dataset).items():
+            counts = proof_step_counts(run.train_records, run.dataset, seen=seen_records.setdefault(run.dataset, set()))
+            for name, values in counts.items():
                 steps.setdefault(run.dataset, {}).setdefault(name, []).extend(values)
     if steps:
         plot_proof_steps(steps, out / "astar_proof_steps.png")
     tables = [f"## {d}\n\n" + format_table([dict(m, label=label) for label, m in models])
+              + _table_notes(d, models, [r for r in runs if r.dataset == d])
               for d, (models, _) in datasets.items()]
     (out / "astar_combined.md").write_text("\n\n".join(tables) + "\n", encoding="utf-8")
-    doc = {"runs": [{"name": r.name, "dataset": r.dataset} for r in runs],
+    doc = {"runs": [{"name": r.name, "dataset": r.dataset, "path": str(r.path) if r.path else None,
+                     "complete": r.complete, "partial": r.partial, "missing_evaluations": r.missing} for r in runs],
            "models": {d: [dict(m, label=label) for label, m in models] for d, (models, _) in datasets.items()},
            "pareto_front": fronts, "proof_steps": steps}
     (out / "astar_combined.json").write_text(json.dumps(doc, indent=1), encoding="utf-8")
@@ -141,6 +304,25 @@ def write_combined(runs: Sequence[RunReport], out_dir) -> dict[str, str]:
     if steps:
         paths["proof_steps"] = str(out / "astar_proof_steps.png")
     return paths
+
+
+def _table_notes(dataset: str, models: list[tuple[str, dict]], runs: list[RunReport]) -> str:
+    """Lines under a dataset's table: its partial runs, the interval methods when they differ between rows (e.g. a
+    report written before efficiency intervals resampled problems), and reference lines that differ between runs."""
+    notes = [f"- partial run {r.name}: {r.partial}" for r in runs if not r.complete]
+    for key in ("accuracy", *(f"efficiency_{k}" for k in EFFICIENCY_KEYS)):
+        methods: dict[str, list[str]] = {}
+        for label, m in models:
+            if m.get(key):
+                methods.setdefault(str(m[key].get("method", "unrecorded")), []).append(label)
+        if len(methods) > 1:
+            notes.append(f"- {key} intervals differ in method: "
+                         + "; ".join(f"{method} ({', '.join(labels)})" for method, labels in methods.items()))
+    references = {json.dumps(r.reference, sort_keys=True) for r in runs}
+    if len(references) > 1:
+        notes.append(f"- the runs' search-algorithm efficiencies differ (different test sets?): the figure's dashed "
+                     f"lines are {runs[0].name}'s")
+    return "\n\n" + "\n".join(notes) if notes else ""
 
 
 def plot_proof_steps(steps: dict[str, dict[str, list[int]]], path) -> None:

@@ -7,7 +7,8 @@ through the jitted sampler, `batch_size` prompts per device call (`reasoner.judg
 greedy chat generator: one compiled shape for every batch); then per source:
   correctness     Table 8 verifier of the first `<answer>` span (`cedar_verify.score`, code in the sandbox):
                   successes / n with a 95% Wilson interval;
-  coverage        mean of the coverage judge's r_cov (Eq. 6), 95% percentile-bootstrap interval;
+  coverage        mean of the coverage judge's r_cov (Eq. 6), 95% percentile-bootstrap interval over problems
+                  (one greedy completion per row: a row is a problem; rows sharing a uid are resampled together);
   directionality  mean of the directionality judge's r_dir (Eq. 7), bootstrap interval;
   judge           valid / invalid / failed judgements (an invalid or failed one scores 0, as in training);
   process         mean per-trace counts of the App. E text-only proxies (`reasoner.metrics.cedar_process`).
@@ -38,7 +39,7 @@ from reasoner.judges import JudgeCounters, SamplerJudge, judge_messages, score_t
 from reasoner.judges.process import METRICS as PROCESS_METRICS
 from reasoner.judges.process import judged_process_counts
 from reasoner.metrics.cedar_process import LEXICONS, count_markers
-from reasoner.metrics.intervals import bootstrap_interval, format_interval, wilson_interval
+from reasoner.metrics.intervals import cluster_bootstrap_interval, format_interval, wilson_interval
 from reasoner.rewards.judged import policy_user_message
 from reasoner.tasks.cedar_verify import record_of, score
 
@@ -69,11 +70,18 @@ class CedarEvalResult:
     rows: list[dict]
 
 
-def _interval(values: Sequence[float]) -> dict:
+def _interval(values: Sequence[float], uids: Sequence | None = None) -> dict:
+    """Mean of a judged score with its 95% percentile-bootstrap interval over problems. Each row is one problem with
+    one greedy completion, so resampling rows is resampling problems; rows that share a uid (the same problem given
+    twice) are resampled together (`intervals.cluster_bootstrap_interval`), so a repeated problem cannot narrow the
+    interval. A row without uid is its own problem."""
     if len(set(values)) <= 1:  # a constant sample: the bootstrap interval is that value
         v = float(values[0])
-        return {"estimate": v, "low": v, "high": v, "n": len(values), "method": "constant"}
-    return bootstrap_interval(np.asarray(values, np.float64), n_resamples=2000, seed=0).as_dict()
+        return {"estimate": v, "low": v, "high": v, "confidence": 0.95, "method": "constant", "n": len(values)}
+    keys = [("uid", u) if u is not None else ("row", i) for i, u in enumerate(uids or [None] * len(values))]
+    index = {k: j for j, k in enumerate(dict.fromkeys(keys))}
+    return cluster_bootstrap_interval(np.asarray(values, np.float64), [index[k] for k in keys], n_resamples=2000,
+                                      seed=0).as_dict()
 
 
 def summarise(rows: Sequence[Mapping], *, judged: bool, metric: str = "correctness") -> dict:
@@ -84,15 +92,15 @@ def summarise(rows: Sequence[Mapping], *, judged: bool, metric: str = "correctne
     out = {"n": n, "correct": correct, metric: wilson_interval(correct, n).as_dict()}
     if judged:
         for kind in JUDGED:
-            out[kind] = _interval([r[kind] for r in rows])
+            out[kind] = _interval([r[kind] for r in rows], [r.get("uid") for r in rows])
             out[f"{kind}_valid"] = int(sum(r[f"{kind}_valid"] for r in rows))
     out["process"] = {k: float(np.mean([r["process"][k] for r in rows])) for k in LEXICONS}
     if any("process_judged" in r for r in rows):
         out["process_judged"] = {}
-        for metric in PROCESS_METRICS:
-            valid = [r["process_judged"][metric] for r in rows if r["process_judged"][metric] is not None]
-            out["process_judged"][metric] = {"mean": float(np.mean(valid)) if valid else None, "valid": len(valid),
-                                             "n": n}
+        for name in PROCESS_METRICS:  # not `metric`: that names the correctness entry above
+            valid = [r["process_judged"][name] for r in rows if r["process_judged"][name] is not None]
+            out["process_judged"][name] = {"mean": float(np.mean(valid)) if valid else None, "valid": len(valid),
+                                           "n": n}
     return out
 
 

@@ -67,3 +67,73 @@ def test_summarise_model_uses_correct_examples_only():
     assert none_report["efficiency_pushes"] is None and none_point.efficiency["pushes"] == 0.0
     with pytest.raises(ValueError, match=r"efficiency\['pops'\] has 1 entries"):
         pareto.summarise_model("x", correct=[True, True], efficiency={"pops": [1.0]})
+
+
+def _numpy_problem_bootstrap(correct_PxK, eff_PxK, *, seed, n_resamples, confidence=0.95):
+    """Independent numpy reimplementation of the problem-level bootstrap of the efficiency: draw the P problems with
+    replacement (`default_rng(seed).integers(0, P, size=(n_resamples, P))`, one block since n_resamples <= 1000),
+    pool the correct attempts of the drawn problems (with repeats), take their mean; resamples with no correct attempt
+    are dropped."""
+    P = correct_PxK.shape[0]
+    idx = np.random.default_rng(seed).integers(0, P, size=(n_resamples, P))
+    stats = []
+    for row in idx:
+        pooled = np.concatenate([eff_PxK[p][correct_PxK[p]] for p in row])
+        if pooled.size:
+            stats.append(pooled.mean())
+    alpha = 1 - confidence
+    return np.quantile(stats, [alpha / 2, 1 - alpha / 2]), n_resamples - len(stats)
+
+
+def test_efficiency_interval_resamples_problems_not_attempts():
+    """K = 16 samples per problem. Problem 0 has 16 identical correct attempts at efficiency 0.25; problems 1-7 one
+    correct attempt each at 0.8-1.0; problems 8-9 none. The estimate is the mean over the 23 correct attempts, as
+    before; resampling attempts treats problem 0's 16 copies as 16 independent draws and gives a narrow interval,
+    resampling problems (each resample in or out of problem 0 as a whole) a much wider one, which equals the
+    independent reimplementation. The report says how many problems were resampled and how many resamples drew no
+    correct attempt."""
+    from reasoner.metrics.intervals import bootstrap_interval
+
+    P, K = 10, 16
+    correct = np.zeros((P, K), bool)
+    eff = np.full((P, K), 0.5)  # values of incorrect attempts are ignored
+    correct[0] = True
+    eff[0] = 0.25
+    for p in range(1, 8):
+        correct[p, 3] = True
+        eff[p, 3] = 0.8 + 0.2 * (p - 1) / 6
+    problem = np.repeat(np.arange(P), K)
+    values = [float(v) if ok else None for v, ok in zip(eff.ravel(), correct.ravel())]
+    point, report = pareto.summarise_model("m", correct=correct.ravel(), efficiency={"pushes": values},
+                                           problem=problem, n_resamples=1000, seed=5)
+    got = report["efficiency_pushes"]
+    attempt_level = bootstrap_interval(eff[correct], n_resamples=1000, seed=5)  # what was reported before
+    assert got["estimate"] == attempt_level.estimate == float(np.mean(eff[correct]))  # unchanged, bit for bit
+    (low, high), undefined = _numpy_problem_bootstrap(correct, eff, seed=5, n_resamples=1000)
+    tol = 64 * np.finfo(np.float64).eps
+    assert (got["low"], got["high"]) == (pytest.approx(low, abs=tol), pytest.approx(high, abs=tol))
+    assert got["undefined_resamples"] == undefined == 0  # 8 of 10 problems solved: a resample misses all w.p. 1e-7
+    assert (got["method"], got["n"], got["clusters"]) == ("cluster-bootstrap-percentile", 23, P)
+    assert got["high"] - got["low"] > 2.5 * (attempt_level.high - attempt_level.low)
+    assert point.efficiency_interval["pushes"] == (got["low"], got["high"])
+    # the accuracy interval accounts for the same correlation (problem 0 always right, 8-9 always wrong)
+    assert report["accuracy"]["method"] == "wilson-design-effect" and report["accuracy"]["design_effect"] > 1
+    assert report["accuracy"]["estimate"] == correct.mean()
+
+
+def test_single_attempt_problems_keep_wilson_and_resample_every_problem():
+    """K = 1 (the paper's greedy evaluation, problem=None): accuracy is the plain Wilson interval; the efficiency
+    estimate is unchanged and its resampling draws every problem, the unsolved ones included."""
+    from reasoner.metrics.intervals import wilson_interval
+
+    correct = [True, False, True, True, False, False]
+    eff = [0.5, None, 1.0, 0.75, None, None]
+    _, report = pareto.summarise_model("g", correct=correct, efficiency={"pushes": eff}, n_resamples=800, seed=2)
+    assert report["accuracy"] == wilson_interval(3, 6).as_dict()
+    (low, high), undefined = _numpy_problem_bootstrap(np.array(correct)[:, None],
+                                                      np.array([[v or 0.0] for v in eff]), seed=2, n_resamples=800)
+    got = report["efficiency_pushes"]
+    assert got["estimate"] == 0.75 and (got["low"], got["high"]) == (pytest.approx(low), pytest.approx(high))
+    assert got["undefined_resamples"] == undefined > 0  # (1/2)^6 of resamples draw no solved problem
+    with pytest.raises(ValueError, match="one int problem index per attempt"):
+        pareto.summarise_model("x", correct=[True, True], efficiency={}, problem=[0])

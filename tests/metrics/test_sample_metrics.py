@@ -75,3 +75,14 @@ def test_empty_or_fractional_counts_are_refused():
     with pytest.raises(ValueError, match=r"num_correct: expected whole counts, got \[4.9\]"):
         pass_at_k(num_samples=[8], num_correct=[4.9], k=2)
     assert avg_at_n(num_samples=[4.0], num_correct=[2.0]) == 0.5  # whole floats are counts
+
+
+def test_ece_bins_attempts_by_exact_confidence():
+    """K = 47 attempts: gold A given 3 times (confidence 3/47, right), B twice (2/47, wrong), E 42 times (wrong).
+    Equal-width bins [b/K, (b+1)/K) put each answer in bin c of its count c, so no two answers share a bin and
+    ECE = (3 |1 - 3/47| + 2 |0 - 2/47| + 42 |0 - 42/47|) / 47. In floats 3/47 * 47 = 2.9999999999999996: a float
+    floor put A's attempts into B's bin, where their gaps partly cancelled (0.8565 instead of 0.8601)."""
+    assert int(3 / 47 * 47) == 2 and int(2 / 47 * 47) == 2  # the float trap
+    answers = [["A"] * 3 + ["B"] * 2 + ["E"] * 42]
+    expected = (3 * 44 / 47 + 2 * 2 / 47 + 42 * 42 / 47) / 47
+    assert consistency_ece(answers, ["A"]) == pytest.approx(expected, abs=1e-15)

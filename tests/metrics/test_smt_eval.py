@@ -51,3 +51,24 @@ def test_wrong_sample_counts_are_named():
     t = [_traj("p", True, "A")]
     with pytest.raises(ValueError, match="expected K=2 attempts per problem"):
         smt_eval_summary(t, k=2, answers={id(t[0]): "A"}, gold={"p": "A"}, entities={}, max_turns=10)
+
+
+def test_soundness_interval_resamples_problems():
+    """Soundness pools the verified attempts of every problem; its interval resamples problems: with K = 4 attempts
+    that agree within a problem, the interval is the problem-level bootstrap's (the same numbers as
+    `cluster_bootstrap_interval` over the problems), not the far narrower one over the 24 attempts."""
+    import numpy as np
+
+    from reasoner.metrics.intervals import bootstrap_interval, cluster_bootstrap_interval
+
+    right = [True, False, True, True, False, True]
+    trajs = [_traj(f"p{i}", ok, "A" if ok else "B") for i, ok in enumerate(right) for _ in range(4)]
+    s = smt_eval_summary(trajs, k=4, answers={id(t): t.answer for t in trajs}, gold={f"p{i}": "A" for i in range(6)},
+                         entities={}, max_turns=10, n_resamples=500, seed=3)
+    ref = cluster_bootstrap_interval(np.repeat(np.array(right, float), 4), np.repeat(np.arange(6), 4), seed=3,
+                                     n_resamples=500)
+    got = s["intervals"]["soundness"]
+    assert got == {"estimate": ref.estimate, "low": ref.low, "high": ref.high}
+    assert got["estimate"] == pytest.approx(s["soundness"]) == pytest.approx(4 / 6)
+    attempts = bootstrap_interval(np.repeat(np.array(right, float), 4), seed=3, n_resamples=500)
+    assert got["high"] - got["low"] > 1.5 * (attempts.high - attempts.low)
