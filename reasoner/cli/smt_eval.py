@@ -18,10 +18,10 @@ import json
 import os
 import sys
 
-DEFAULT_DATA = os.path.join("..", "shared", "data")
 
 
 def add_parser(inner) -> None:
+    from reasoner.cli.smt import default_data_root
     from reasoner.tasks.logic_llm import FILES
 
     p = inner.add_parser("eval", help="K-sample scratchpad evaluation of a local model (App. B metrics)")
@@ -31,7 +31,8 @@ def add_parser(inner) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", choices=sorted(FILES), help="a staged Logic-LLM dataset under --data-root")
     source.add_argument("--input", help="any file in the Logic-LLM format (JSON list or JSON lines)")
-    p.add_argument("--data-root", default=DEFAULT_DATA, help=f"where the staged data lives (default {DEFAULT_DATA})")
+    p.add_argument("--data-root", default=default_data_root(),
+                   help="where the staged data lives (default: ../shared/data beside the checkout)")
     p.add_argument("--limit", type=int, default=None, help="first N problems")
     p.add_argument("--samples-out", default=None, help="JSON lines, one per (problem, sample)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")

@@ -30,7 +30,7 @@ import time
 from reasoner.data.cedar_mixture import MixtureSpec, build_mixture, write_mixture
 from reasoner.distributed import is_primary
 from reasoner.pipelines.cedar_eval import CedarEvalSettings, evaluate_cedar, format_table
-from reasoner.pipelines.stages import StageTimer
+from reasoner.pipelines.stages import StageTimer, pipeline_devices
 
 __all__ = ["run", "grpo_config", "make_judge", "composite_reward", "plot_rewards", "default_data_dir"]
 
@@ -131,8 +131,6 @@ def plot_rewards(metrics_path, png_path) -> pathlib.Path:
 
 def run(config, *, workdir, progress: bool = True) -> dict:
     """Runs every stage (module docstring); returns the report (also written to report/report.json)."""
-    import jax
-
     from reasoner.data.jsonl import write_jsonl
     from reasoner.sharding import make_mesh
     from trainers import grpo
@@ -163,9 +161,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         raise ValueError(f"the mixture has {len(mixture.train)} training and {len(mixture.validation)} validation "
                          "rows: raise data.scale / data.validation_scale or data.max_prompt_chars")
 
-    # single_device: one device even where JAX already started with several (the CLI drops the simulated-device
-    # flag before JAX starts; a caller in a process that started JAX, such as a test, cannot)
-    mesh = make_mesh(config.mesh, devices=jax.devices()[:1] if config.get("single_device") else None)
+    mesh = make_mesh(config.mesh, devices=pipeline_devices(config))  # one device under single_device, as A* and SMT
     tokenizer = load_tokenizer_for(config.model)
     model = stage("load", lambda: build_model(config.model, mesh=mesh))
     judge = make_judge(config, model_factory=lambda: build_model(config.model, mesh=mesh), tokenizer=tokenizer,
