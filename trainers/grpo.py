@@ -326,8 +326,11 @@ def build_grpo(config, *, model=None, tokenizer=None, mesh=None) -> GRPOSteps:
 
 
 def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_examples=None, reward=None,
-          tool=None, mesh=None, progress: bool = True) -> GRPOResult:
-    """Runs (or resumes) GRPO for `config.train.num_steps` generation steps; see the module docstring."""
+          tool=None, mesh=None, base_model: str | None = None, progress: bool = True) -> GRPOResult:
+    """Runs (or resumes) GRPO for `config.train.num_steps` generation steps; see the module docstring.
+
+    base_model: the name or directory `model` was loaded from (e.g. the SFT export), recorded as a LoRA export's
+    `base_model_name_or_path`; without `model`, `config.model.name` is recorded instead."""
     from reasoner.checkpoint import fingerprint
     from reasoner.rewards import CompositeReward
 
@@ -387,5 +390,5 @@ def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_ex
 
         params = grpo_eval.export_params(run, result, workdir=workdir, settings=settings, meta=meta)
         export_hf(merged_for_export(run, params), str(config.export_dir), tokenizer=run.tokenizer,
-                  base_model_name_or_path=None if model is not None else run.config.model.get("name") or None)
+                  base_model_name_or_path=base_model if model is not None else run.config.model.get("name") or None)
     return result

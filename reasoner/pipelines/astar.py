@@ -255,7 +255,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
     del base_model
     summary_models = {}
-    model = None
+    model, model_dir = None, None  # the model GRPO starts from, and the directory it was loaded from
     if config.sft.enabled:
         from trainers import sft
 
@@ -267,7 +267,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         if res.preempted:
             return _preempted("sft")
         summary_models["sft"] = {"last_metrics": res.last_metrics, "eval_history": res.eval_history}
-        model = load_model(str(export_dir))  # on the first device (as under single_device)
+        model, model_dir = load_model(str(export_dir)), str(export_dir)  # on the first device (as under single_device)
         results.append(timer.stage("eval_sft", lambda: evaluate(model, tokenizer, test, settings,
                                                                 label=f"SFT ({config.data.heuristic})",
                                                                 progress=progress)))
@@ -280,7 +280,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         pool = splits["train"]["records"][: int(cfg.data.get("limit", 0)) or None]  # grpo.data.limit: first N
         res = timer.stage("grpo", lambda: grpo.train(
             cfg, workdir=workdir / "grpo", model=model, tokenizer=tokenizer, examples=pool, mesh=mesh,
-            progress=progress))
+            base_model=model_dir, progress=progress))
         if res.preempted:
             return _preempted("grpo")
         per_step = [h.get("reward") for h in res.history]

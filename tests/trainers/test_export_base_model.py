@@ -84,10 +84,11 @@ def test_every_trainer_export_passes_the_base_model(trainer):
             f"trainers/{trainer}.py:{call.lineno}: export_hf without base_model_name_or_path"
 
 
-@pytest.mark.parametrize("passed_model", [False, True], ids=["config-model", "caller-model"])
+@pytest.mark.parametrize("passed_model", [False, True, "named"], ids=["config-model", "caller-model", "caller-named"])
 def test_grpo_lora_export_names_its_base_unless_the_caller_supplied_the_model(tok_dir, tmp_path, passed_model):
     """GRPO's base is `config.model.name` when it builds the model; a model passed in (an SFT export, say) is not
-    what that name holds, so the adapter then names no base rather than the wrong one."""
+    what that name holds, so the adapter then names the `base_model` the caller gives (the A* pipeline gives its SFT
+    export's directory), else no base rather than the wrong one."""
     from reasoner.models import load_model
     from reasoner.models.export import ADAPTER_DIR
     from reasoner.rewards import CompositeReward, WeightedReward, completion_text
@@ -104,8 +105,10 @@ def test_grpo_lora_export_names_its_base_unless_the_caller_supplied_the_model(to
     examples = [{"prompt": [{"role": "user", "content": "say something"}]},
                 {"prompt": [{"role": "user", "content": "one two three"}]}]
     model = load_model(base) if passed_model else None
+    named = str(tmp_path / "sft_export") if passed_model == "named" else None
     grpo.train(cfg, workdir=tmp_path / "run", model=model, examples=examples, reward=reward, progress=False,
-               mesh=one_device_mesh())
+               mesh=one_device_mesh(), base_model=named)
     reward.close()
     config = json.loads((tmp_path / "export" / ADAPTER_DIR / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == (None if passed_model else os.path.abspath(base))
+    expected = {False: os.path.abspath(base), True: None, "named": named}[passed_model]
+    assert config["base_model_name_or_path"] == expected
