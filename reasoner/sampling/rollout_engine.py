@@ -320,7 +320,7 @@ class RolloutEngine:
             from reasoner.tokenization import stop_token_ids
 
             return tuple(stop_token_ids(self.tokenizer))
-        return () if self.cfg.eos_token_id is None else (int(self.cfg.eos_token_id),)
+        return tuple(int(i) for i in self.cfg.eos_token_ids)  # every EOS id of the config, as transformers stops
 
     def _prepare_idle(self) -> None:
         """With no row running: size the pool for the queued work and the token buffers for the

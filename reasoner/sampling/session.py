@@ -109,7 +109,7 @@ class Sampler:
             from reasoner.tokenization import stop_token_ids
 
             return stop_token_ids(self.tokenizer)
-        return () if self.cfg.eos_token_id is None else (int(self.cfg.eos_token_id),)
+        return tuple(int(i) for i in self.cfg.eos_token_ids)  # every EOS id of the config, as transformers stops
 
     def _kv_sharding(self, batch: int, alloc_len: int):
         if self.mesh is None:
