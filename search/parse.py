@@ -1,14 +1,15 @@
 """Parser: model output text -> candidate trace (paper §4.1 "Evaluation"). It never raises, whatever the input.
 
-Text is split into blocks on blank lines. A block is a proof step if it names a rule, either quoted
-(`"..."`, curly quotes too) or by number (`rule 3`, `rule3`, 1-based program order); any other block is commentary
-and is skipped. A quoted text that is none of the program's rules names a rule only in a block that reads as a
-step (a premise or a conclusion is an atom): "Since Bob is red, by "If something is purple then it is big", Bob is
-big" cites a rule the program lacks (rule -1, rejected), while `The question asks: "Is Bob big?"` is commentary. In a step, the text before the rule names the premises (openers such as "Since", "Because",
-"Given that", "We know that" are dropped; premises are separated by "and", commas, ";" or "&") and the text after it
-names the conclusion (leads such as "so", "therefore", "we conclude that" are dropped). Atoms and rule texts are
-matched case-, comma- and spacing-insensitively through the program's Verbalizer, which also accepts the other
-datasets' rule templates where the program makes them unambiguous.
+Text is split into blocks on blank lines. A block is a proof step if it names a rule, either quoted (`"..."`, curly
+quotes too) or by number (`rule 3`, `rule3`, 1-based program order); any other block is commentary and is skipped. A
+quoted text that is none of the program's rules names a rule only in a block that reads as a step (a premise or a
+conclusion is an atom): "Since Bob is red, by "If something is purple then it is big", Bob is big" cites a rule the
+program lacks (rule -1, rejected), while `The question asks: "Is Bob big?"` is commentary. In a step, the text
+before the rule names the premises (openers such as "Since", "Because", "Given that", "We know that" are dropped;
+premises are separated by "and", commas, ";" or "&") and the text after it names the conclusion (leads such as "so",
+"therefore", "we conclude that" are dropped). Atoms and rule texts are matched case-, comma- and
+spacing-insensitively through the program's Verbalizer, which also accepts the other datasets' rule templates where
+the program makes them unambiguous.
 
 A step with an unknown rule gets rule = -1; an unreadable atom becomes None: the verifier rejects both.
 """

@@ -7,8 +7,9 @@
                                     [--min-depth 3] [--file SPLIT=PATH ...]
 
 A prepared dataset of the same name is reused ("reused": true in the JSON) when it was built from the same
-manual dir or files, and refused (exit 2) when it was built from others. TFDS shows a progress bar per split. The printed figures (JSON on stdout, last line) are the split sizes and the
-mean/median pushes and pops of host A* per heuristic (paper Figs. 5-6), plus push histograms.
+manual dir or files, and refused (exit 2) when it was built from others. TFDS shows a progress bar per split. The
+printed figures (JSON on stdout, last line) are the split sizes and the mean/median pushes and pops of host A* per
+heuristic (paper Figs. 5-6), plus push histograms.
 """
 
 from __future__ import annotations

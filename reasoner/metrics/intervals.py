@@ -65,13 +65,17 @@ def wilson_interval(successes: int, n: int, *, confidence: float = 0.95) -> Inte
         raise ValueError(f"n={n}: expected a positive number of trials")
     if int(successes) != successes or not 0 <= successes <= n:
         raise ValueError(f"successes={successes}: expected an int in [0, n={n}]")
-    z = _z(confidence)
     p = successes / n
+    return Interval(p, *_wilson_bounds(p, n, _z(confidence)), confidence, "wilson", int(n))
+
+
+def _wilson_bounds(p: float, n: float, z: float) -> tuple[float, float]:
+    """The Wilson score bounds of proportion p over n trials (n may be fractional: an effective sample size)."""
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     # Clamp float dust so that p = 0 gives exactly 0 and p = 1 exactly 1.
-    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), confidence, "wilson", int(n))
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _statistic_fn(statistic) -> tuple[Callable, int]:
@@ -237,16 +241,7 @@ def clustered_wilson_interval(successes, trials, *, confidence: float = 0.95) ->
     if P > 1 and 0 < c < n:
         v = P / (P - 1) * float(np.sum((s - p * t) ** 2)) / (n * n)
         deff = min(max(v / (p * (1 - p) / n), 1.0), n / P)
-    if deff == 1.0:  # the plain Wilson bounds, bit for bit
-        w = wilson_interval(int(c), int(n), confidence=confidence)
-        low, high = w.low, w.high
-    else:
-        n_eff = n / deff
-        z = _z(confidence)
-        denom = 1.0 + z * z / n_eff
-        centre = (p + z * z / (2 * n_eff)) / denom
-        half = z / denom * math.sqrt(p * (1 - p) / n_eff + z * z / (4 * n_eff * n_eff))
-        low, high = max(0.0, centre - half), min(1.0, centre + half)
+    low, high = _wilson_bounds(p, n / deff, _z(confidence))  # deff = 1: n / 1.0 == n, wilson_interval's bits
     return DesignEffectInterval(p, low, high, confidence, "wilson-design-effect", int(n), P, deff, n / deff)
 
 

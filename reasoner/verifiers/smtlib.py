@@ -310,6 +310,7 @@ def thread_starts(smt_code: str) -> list[str]:
             found.append(text)
     return list(dict.fromkeys(found))
 
+
 def exiting_options(smt_code: str) -> list[str]:
     """The `:error-behavior` settings other than `continued-execution` (as written, e.g.
     ":error-behavior immediate-exit"): with `immediate-exit`, Z3 calls exit() at the script's first error, which
@@ -322,6 +323,7 @@ def exiting_options(smt_code: str) -> list[str]:
             found.append(f"{option} {text}")
         option = text if kind == "keyword" and text == ":error-behavior" else None
     return list(dict.fromkeys(found))
+
 
 def echoed_verdicts(smt_code: str) -> list[str]:
     """The `(echo "...")` commands whose text prints a line that reads as a verdict (sat, unsat, unknown): Z3
@@ -351,9 +353,9 @@ def verdict_pieces(smt_code: str) -> list[tuple[int, int, str | None]]:
     constant named `sat` prints the same line).
 
     The pieces join to the whole script, except that they end with a top-level `(exit)`, after which Z3 reads
-    nothing (`(exit 1)` is an error Z3 reads on after). Same tokens as `file_access`: text after an unterminated string or quoted symbol is inside it for Z3
-    too, so it is one last piece. A `)` with no `(` is left where it is (Z3 reports it and reads on). Linear;
-    never raises.
+    nothing (`(exit 1)` is an error Z3 reads on after). Same tokens as `file_access`: text after an unterminated
+    string or quoted symbol is inside it for Z3 too, so it is one last piece. A `)` with no `(` is left where it
+    is (Z3 reports it and reads on). Linear; never raises.
     """
     pieces: list[tuple[int, int, str | None]] = []
     cut, depth, start, head, pos, extra = 0, 0, 0, None, 0, 0
