@@ -286,9 +286,10 @@ def gemm_flops(gemms) -> float:
     return float(sum(2 * m * k * n * c for m, k, n, c in gemms))
 
 
-def measure_gemm_rate(gemms, *, repeats: int = 3) -> float:
-    """FLOP/s that XLA reaches on exactly these f32 matmul shapes here: each distinct shape jitted alone,
-    the median of `repeats` timed runs after a compile run, weighted by its count."""
+def measure_gemm_rate(gemms, *, repeats: int = 3, dtype: str = "float32") -> float:
+    """FLOP/s that XLA reaches on exactly these matmul shapes here, in the step's compute `dtype` (a bfloat16 step
+    is held to the bfloat16 rate): each distinct shape jitted alone, the median of `repeats` timed runs after a
+    compile run, weighted by its count."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -300,8 +301,8 @@ def measure_gemm_rate(gemms, *, repeats: int = 3) -> float:
     dot = jax.jit(jnp.dot)
     rng = np.random.default_rng(0)
     for (m, k, n), c in counts.items():
-        a = jnp.asarray(rng.standard_normal((m, k), np.float32))
-        b = jnp.asarray(rng.standard_normal((k, n), np.float32))
+        a = jnp.asarray(rng.standard_normal((m, k), np.float32), dtype=dtype)
+        b = jnp.asarray(rng.standard_normal((k, n), np.float32), dtype=dtype)
         dot(a, b).block_until_ready()
         times = []
         for _ in range(repeats):
@@ -325,7 +326,7 @@ def add_roofline(result: dict, cfg, *, ours_times, rows: int, seq_len: int, forw
         fwd = step_gemms(cfg, tokens=forward_only_rows * seq_len, backward=False)
         flops += gemm_flops(fwd) + attention_flops(cfg, rows=forward_only_rows, seq_len=seq_len, backward=False)
         gemms += fwd
-    rate = measure_gemm_rate(gemms)
+    rate = measure_gemm_rate(gemms, dtype=cfg.dtype)
     out = dict(result)
     out["roofline_fraction"] = round(flops / step_s / rate, 4)
     if "ratio" in result:
