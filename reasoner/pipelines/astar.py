@@ -77,7 +77,13 @@ def _split_records(d, split: str) -> list[dict]:
 
 
 def build_data(config, *, out_dir) -> dict:
-    """Records and SFT examples of every split (written as JSONL) -> {split: {"records", "problems", "sft"}}."""
+    """Records and SFT examples of every split (written as JSONL) -> {split: {"records", "problems", "sft"}}.
+
+    Every process builds the same splits in memory (the generator is seeded); under a multi-process launch only
+    process 0 writes the files, and the others wait at a barrier until they are whole, since the stages after
+    this one read them from the shared workdir."""
+    from reasoner.distributed import barrier, is_primary
+
     d = config.data
     out = pathlib.Path(out_dir)
     splits = {}
@@ -85,9 +91,11 @@ def build_data(config, *, out_dir) -> dict:
         records = _split_records(d, split)
         problems = [problem_from_record(r, dataset=d.dataset) for r in records]
         examples = sft_examples(problems, heuristic=d.heuristic, cost=d.get("cost", "max"))
-        write_jsonl(out / "records" / f"{split}.jsonl", records)
-        write_jsonl(out / "sft" / f"{split}.jsonl", examples)
+        if is_primary():
+            write_jsonl(out / "records" / f"{split}.jsonl", records)
+            write_jsonl(out / "sft" / f"{split}.jsonl", examples)
         splits[split] = {"records": records, "problems": problems, "sft": examples}
+    barrier(f"astar:data:{out}")
     return splits
 
 

@@ -32,7 +32,7 @@ import json
 import pathlib
 import time
 
-from reasoner.data.jsonl import write_jsonl
+from reasoner.data import jsonl
 from reasoner.distributed import is_primary
 from reasoner.pipelines.stages import StageTimer, pipeline_devices
 from reasoner.tasks.logic_llm import FILES
@@ -159,6 +159,13 @@ def format_table(reports: list[dict], k: int) -> str:
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
+def _write_jsonl(path: pathlib.Path, rows) -> None:
+    """`reasoner.data.jsonl.write_jsonl` on process 0 only: the run's samples and curated data are records of the
+    run (the stages after take them in memory), one copy per job."""
+    if is_primary():
+        jsonl.write_jsonl(path, rows)
+
+
 def _write_summary(workdir: pathlib.Path, summary: dict) -> None:
     """report/smt.json, rewritten after each stage so a stopped run keeps what it finished (process 0 only)."""
     if is_primary():
@@ -248,8 +255,8 @@ def run(config, *, workdir, progress: bool = True) -> dict:
             result = evaluate_policy(policy_for(model, float(config.eval.temperature), config.seed), test,
                                      runner=runner, k=k, t_max=int(r.t_max), timeout_cap_s=float(r.z3_timeout_s),
                                      problems_per_batch=int(r.problems_per_batch), seed=config.seed)
-            write_jsonl(workdir / "report" / f"samples_{label.split()[0].lower().replace('+', '_')}.jsonl",
-                         result.rows)
+            _write_jsonl(workdir / "report" / f"samples_{label.split()[0].lower().replace('+', '_')}.jsonl",
+                          result.rows)
             report = {"label": label, "problems": len(test), "summary": result.summary}
             summary["reports"].append(report)
             s = result.summary
@@ -274,8 +281,8 @@ def run(config, *, workdir, progress: bool = True) -> dict:
         del policy  # a local teacher's sampler and caches are not needed after its stage
         summary["curation_teacher"] = curation_counts(teacher)
         _log(f"teacher curation: {summary['curation_teacher']}")
-        write_jsonl(workdir / "data" / "teacher.jsonl", teacher.rows)
-        write_jsonl(workdir / "data" / "sft" / "train.jsonl", teacher.sft)
+        _write_jsonl(workdir / "data" / "teacher.jsonl", teacher.rows)
+        _write_jsonl(workdir / "data" / "sft" / "train.jsonl", teacher.sft)
 
         stage("eval_base", lambda: evaluate(base, "base"))
         model = base
@@ -310,7 +317,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
 
             pairs = [p | {"tools": TOOLS} for p in pairs]
             summary["dpo_pairs"] = {"pairs": len(pairs), "hard_negatives": sum(p["hard_negative"] for p in pairs)}
-            write_jsonl(workdir / "data" / "dpo" / "train.jsonl", pairs)
+            _write_jsonl(workdir / "data" / "dpo" / "train.jsonl", pairs)
             if pairs:
                 cfg = _trainer_config(config, "dpo", export_dir=workdir / "dpo" / "export")
                 if config.sft.enabled:  # the policy starts from, and its reference is, the SFT model

@@ -89,10 +89,12 @@ def test_demo_teacher_choice(shared_data, tmp_path):
     assert teacher_kind(config.teacher) == "endpoint"
 
 
-def test_demo_teacher_stage_with_the_embedded_model(shared_data, tmp_path):
+def test_demo_teacher_stage_with_the_embedded_model(shared_data, tmp_path, monkeypatch):
     """`reasoner demo smt` with teacher.model=embedded (the tiny variant's random model) runs the teacher stage
-    through the local sampler: its rollouts are curated, written and counted; SFT and DPO are off here."""
+    through the local sampler: its rollouts are curated, written and counted; SFT and DPO are off here. A process
+    other than 0 of a multi-process job computes the same summary and writes no file."""
     from configs.smt_demo import get_config
+    from reasoner.pipelines import smt
     from reasoner.pipelines.smt import load_splits, run
 
     config = get_config("tiny")
@@ -107,3 +109,7 @@ def test_demo_teacher_stage_with_the_embedded_model(shared_data, tmp_path):
     counts = summary["curation_teacher"]
     assert counts["gold"] + counts["silver"] + counts["rejected"] == 4 and counts["rejected"] == 4
     assert [r["label"] for r in summary["reports"]] == ["base"]
+    monkeypatch.setattr(smt, "is_primary", lambda: False)
+    again = run(config, workdir=tmp_path / "process1", progress=False)
+    assert again["curation_teacher"] == counts and again["reports"] == summary["reports"]
+    assert not [p for p in (tmp_path / "process1").rglob("*") if p.is_file()]

@@ -57,6 +57,21 @@ def test_build_data_writes_records_and_a_star_traces(tmp_path):
         build_data(c, out_dir=tmp_path / "z")
 
 
+def test_build_data_writes_from_process_zero_only(tmp_path, monkeypatch):
+    """A process other than 0 builds the same splits but writes nothing: the files in the shared workdir are
+    process 0's alone (every process writing one path at once could leave a torn file for the SFT stage)."""
+    import reasoner.distributed as distributed
+
+    c = load_config(f"{CONFIG}:tiny")
+    ours = build_data(c, out_dir=tmp_path / "zero")
+    monkeypatch.setattr(distributed, "is_primary", lambda: False)
+    theirs = build_data(c, out_dir=tmp_path / "one")
+    assert not (tmp_path / "one").exists()
+    assert (tmp_path / "zero" / "sft" / "train.jsonl").exists()
+    for split in ("train", "validation", "test"):
+        assert theirs[split]["sft"] == ours[split]["sft"] and theirs[split]["records"] == ours[split]["records"]
+
+
 def test_format_table_rows_and_missing_efficiency():
     iv = lambda e: {"estimate": e, "low": e - 0.1, "high": e + 0.1}  # noqa: E731
     table = format_table([
