@@ -253,12 +253,18 @@ def _plan(mode: str) -> tuple[list[str], bool, list[str]]:
     return [python, "-I", "-S", "-c", _CHILD_SOURCE], False, []
 
 
+def _same_json(got, expected) -> bool:
+    """Whether two JSON values are written the same (object keys in any order): bool, int and float differ."""
+    return json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
+
+
 def run_transform_tests(code: str, tests: list[tuple[object, object]], *, entry: str = "transform",
                         limits: SandboxLimits | None = None, mode: str = "strict",
                         network: str | None = None, audit_hook: bool = True) -> SandboxReport:
     """Run `entry(input)` from `code` on each (input, expected) pair; inputs/outputs are JSON values.
 
-    A test passes when the returned value equals `expected` after a JSON round trip. `mode` is
+    A test passes when the returned value and `expected` are the same JSON text (`_same_json`): Python's `==`
+    would let `True` pass for 1, `1.0` for 1 and `[True]` for [1]. `mode` is
     "strict" (namespaces required, else SandboxUnavailable) or "weak" (see the module docstring).
     `network` is the older spelling: "auto" = strict, "block" = weak. `audit_hook=False` leaves
     out the last layer (tests use it to show that the walls below hold on their own).
@@ -290,7 +296,7 @@ def run_transform_tests(code: str, tests: list[tuple[object, object]], *, entry:
                 shutil.rmtree(workdir, ignore_errors=True)
         layers = run.layers or layers
         expected_json = json.loads(json.dumps(expected))
-        passed = run.error is None and run.value == expected_json
+        passed = run.error is None and _same_json(run.value, expected_json)
         error = run.error
         if error is None and not passed:
             error = f"wrong output: expected {expected_json!r}, got {run.value!r}"[:2000]

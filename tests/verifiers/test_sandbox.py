@@ -216,6 +216,12 @@ def test_per_test_pass_fail_with_errors():
     assert "SyntaxError" in syntax.tests[0].error
     missing = run_transform_tests("def other(x):\n    return x\n", TESTS[:1], limits=LIMITS, mode=mode)
     assert "no function 'transform'" in missing.tests[0].error
+    # equal under Python's ==, not the same JSON value: a bool or a float is not the int the test expects
+    alike = run_transform_tests("def transform(x):\n    return x['v']\n",
+                                [({"v": True}, 1), ({"v": 1.0}, 1), ({"v": [True, 2]}, [1, 2]),
+                                 ({"v": {"b": 1, "a": [2]}}, {"a": [2], "b": 1})], limits=LIMITS, mode=mode)
+    assert [t.passed for t in alike.tests] == [False, False, False, True]
+    assert alike.tests[0].error == "wrong output: expected 1, got True"
 
 
 def test_bad_arguments_are_named():
