@@ -85,8 +85,8 @@ class _SolverCall:
     def result(self) -> Observation:
         r = self.future.result()
         record = {"smt_code": self.code, "timeout_s": self.timeout_s, "success": r.success,
-                  "sat_result": r.sat_result, "error": r.error, "output": r.output, "model": r.model,
-                  "elapsed_s": r.elapsed_s}
+                  "sat_result": r.sat_result, "verdicts": list(r.verdicts), "reason_unknown": r.reason_unknown,
+                  "error": r.error, "output": r.output, "model": r.model, "elapsed_s": r.elapsed_s}
         return Observation(content=_visible(record), record=record)
 
 

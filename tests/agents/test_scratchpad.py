@@ -91,3 +91,20 @@ def test_token_counts_accumulate():
     (traj,) = run_scratchpad(Counting(), [("id", conv("p"))], runner=RecordingRunner(), t_max=4)
     assert traj.metadata["tokens"] == {"prompt": 40, "completion": 12}
     assert traj.to_dict()["metadata"]["termination"] == "max_turns"
+
+
+def test_observation_record_keeps_every_verdict_of_a_real_z3_script():
+    """A script with two check-sat commands: the message shows the last verdict (App. A.2's four fields), the
+    record keeps both, as Z3 printed them, and the reason Z3 gave for nothing here (no unknown)."""
+    from reasoner.verifiers.z3_runner import Z3Runner
+
+    script = ("(declare-const x Int)(push)(assert (> x 2))(check-sat)(pop)"
+              "(assert (and (> x 2) (< x 1)))(check-sat)")
+    with Z3Runner(timeout_s=10.0, workers=1) as runner:
+        (traj,) = run_scratchpad(ScriptedPolicy({"p": [call("z3_solve", smt_code=script), call("finish", answer="B")]}),
+                                 [("id", conv("p"))], runner=runner)
+    (record,) = traj.smt_observations
+    assert record["verdicts"] == ["sat", "unsat"] and record["sat_result"] == "unsat"
+    assert record["reason_unknown"] is None and record["success"] is True
+    visible = json.loads(next(m for m in traj.messages if m["role"] == "tool")["content"])
+    assert visible["sat_result"] == "unsat" and visible["output"].split() == ["sat", "unsat"]
