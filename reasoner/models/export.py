@@ -11,7 +11,8 @@
                            and `.lora_B.weight` [out, r]), loadable with `peft.PeftModel.from_pretrained(base,
                            out_dir / "adapter")` onto the base model the run started from, or alone with
                            `peft.AutoPeftModelForCausalLM.from_pretrained(out_dir / "adapter")` when
-                           `base_model_name_or_path=` named that base
+                           `base_model_name_or_path=` named that base (a GGUF base, the embedded preset's too,
+                           also needs `gguf_file=`: `adapter/README.md` gives the exact call)
 
 so that `transformers.AutoModelForCausalLM.from_pretrained(out_dir)` and `AutoTokenizer.from_pretrained(out_dir)`
 load it with nothing else (the adapter lives in a sub-directory: an `adapter_config.json` at the top would make
@@ -149,31 +150,60 @@ def _write_json(path: str, obj) -> None:
         json.dump(obj, f, indent=2)
 
 
-def base_model_reference(name_or_path: str | None) -> str | None:
-    """What `adapter_config.json` records as the base: a local file or directory as its absolute path (PEFT resolves
-    a relative one against the loading process's working directory), anything else (a Hub id) unchanged."""
+def base_model_reference(name_or_path: str | None) -> tuple[str | None, str | None]:
+    """(what `adapter_config.json` records as the base, the GGUF file name to pass as `gguf_file=` or None).
+
+    A local file or directory is recorded as its absolute path (PEFT resolves a relative one against the loading
+    process's working directory); anything else (a Hub id) unchanged. A preset resolves to its checkpoint first.
+    A GGUF file is recorded as its directory with its name apart: transformers opens GGUF only as
+    `from_pretrained(directory, gguf_file=name)`, and `AutoPeftModelForCausalLM.from_pretrained(adapter_dir,
+    gguf_file=name)` passes that on to the base (the adapters were trained on the dequantized GGUF weights, which
+    is what transformers loads; the Hub checkpoint it was quantized from differs from them)."""
+    from reasoner.models.presets import PRESETS, resolve
+
     if not name_or_path:
-        return None
-    return os.path.abspath(name_or_path) if os.path.exists(name_or_path) else str(name_or_path)
+        return None, None
+    path = resolve(name_or_path) if name_or_path in PRESETS else str(name_or_path)
+    if not os.path.exists(path):
+        return path, None
+    path = os.path.abspath(path)
+    if os.path.isfile(path) and path.lower().endswith(".gguf"):
+        return os.path.dirname(path), os.path.basename(path)
+    return path, None
+
+
+def _loading_note(base: str | None, gguf_file: str | None) -> str:
+    """`adapter/README.md`: how to load this adapter with PEFT, with the exact call for its base."""
+    if base is None:
+        return ("# LoRA adapter\n\nThe run did not record its base model: load the base yourself, then\n"
+                "`peft.PeftModel.from_pretrained(base_model, this_directory)`.\n")
+    extra = f", gguf_file={gguf_file!r}" if gguf_file else ""
+    return (f"# LoRA adapter\n\nBase model: `{base}`" + (f" (GGUF file `{gguf_file}`)" if gguf_file else "")
+            + "\n\n```python\nfrom peft import AutoPeftModelForCausalLM\n\n"
+            + f"model = AutoPeftModelForCausalLM.from_pretrained(this_directory{extra})\n```\n")
 
 
 def export_peft_adapter(model, out_dir: str, *, base_model_name_or_path: str | None = None,
                         dtype: str = "float32") -> str:
-    """Writes `out_dir/adapter_config.json` and `out_dir/adapter_model.safetensors`; returns out_dir.
+    """Writes `out_dir/adapter_config.json`, `out_dir/adapter_model.safetensors` and `out_dir/README.md` (how to
+    load it); returns out_dir.
 
     base_model_name_or_path: the checkpoint the adapters were trained on (`config.model.name`), so that
-      `peft.AutoPeftModelForCausalLM.from_pretrained(out_dir)` finds it; None writes null (load the base yourself).
+      `peft.AutoPeftModelForCausalLM.from_pretrained(out_dir)` finds it (`gguf_file=` too for a GGUF base, see
+      `base_model_reference`); None writes null (load the base yourself).
     """
     from safetensors.numpy import save_file
 
     from reasoner.distributed import is_primary
 
-    base = base_model_reference(base_model_name_or_path)
+    base, gguf_file = base_model_reference(base_model_name_or_path)
     tensors, config = peft_tensors(model, dtype=dtype), peft_config(model, base_model_name_or_path=base)
     if is_primary():
         os.makedirs(out_dir, exist_ok=True)
         save_file(tensors, os.path.join(out_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
         _write_json(os.path.join(out_dir, "adapter_config.json"), config)
+        with open(os.path.join(out_dir, "README.md"), "w", encoding="utf-8") as f:
+            f.write(_loading_note(base, gguf_file))
     return out_dir
 
 

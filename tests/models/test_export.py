@@ -123,6 +123,34 @@ def test_lora_export_loads_with_peft_and_matches_our_logits(tiny, tmp_path):
     _assert_close(_torch_logits(AutoModelForCausalLM.from_pretrained(str(out)), tokens), ours, "merged export vs ours")
 
 
+def test_adapter_on_a_gguf_base_loads_with_auto_peft_as_its_readme_says(tmp_path, monkeypatch):
+    """A LoRA run on a GGUF checkpoint (the embedded preset is one): the adapter records the GGUF's directory and
+    its README gives the `gguf_file=` that transformers needs; PEFT's own loader then rebuilds our logits
+    (transformers dequantizes the Q8_0 weights as we do, so the same float32 bound holds)."""
+    from peft import AutoPeftModelForCausalLM
+    from tests.models.tiny_checkpoints import write_tiny_gguf
+
+    from reasoner.models.export import export_peft_adapter
+
+    (tmp_path / "base").mkdir()
+    gguf_path = write_tiny_gguf(str(tmp_path / "base" / "tiny.gguf"), make_hf_model("llama", seed=6))
+    model = load_model(gguf_path)
+    apply_lora(model, pattern=r"attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj", rank=RANK, alpha=ALPHA,
+               rngs=nnx.Rngs(0))
+    _randomize_adapters(model, 3)
+    tokens = _tokens(model.cfg.vocab_size)
+    monkeypatch.chdir(tmp_path)  # a relative base path is recorded absolute
+    out = pathlib.Path(export_peft_adapter(model, str(tmp_path / "adapter"), base_model_name_or_path="base/tiny.gguf"))
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(tmp_path / "base")
+    readme = (out / "README.md").read_text()
+    assert "from_pretrained(this_directory, gguf_file='tiny.gguf')" in readme
+    monkeypatch.chdir(out)
+    adapted = AutoPeftModelForCausalLM.from_pretrained(str(out), gguf_file="tiny.gguf").eval()
+    assert sum("lora_" in k for k, _ in adapted.named_parameters()) == 2 * 2 * 7
+    _assert_close(_torch_logits(adapted, tokens), _ours(model, tokens), "PEFT on the GGUF base vs ours")
+
+
 def test_qlora_export_with_adapters_on_some_projections(tiny, tmp_path):
     # the projections without an adapter stay quantized after merge_lora; the export raised KeyError on them
     from transformers import AutoModelForCausalLM
