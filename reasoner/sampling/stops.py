@@ -16,7 +16,9 @@ text equals `decode(ids)` at every step, and each token is decoded a bounded num
 (re-decoding the whole row every chunk was quadratic in its length).
 
 Text is decoded with `skip_special_tokens=True` (end-of-turn markers do not show up in results);
-a text ending in U+FFFD (an unfinished multi-byte character) is not yet stable, so streaming
+the special ids that decode to nothing are left out of the window (the decode would skip them anyway), so a
+long run of them costs no more than ordinary text (the window moves only when the text grows: a run of skipped
+tokens kept it in place and made every chunk decode the whole run again). A text ending in U+FFFD (an unfinished multi-byte character) is not yet stable, so streaming
 holds it back until the next token completes it.
 """
 
@@ -44,8 +46,9 @@ class RowText:
         self.stops = tuple(stops)
         self.ids: list[int] = []
         self.text = ""
-        self._prefix = 0  # ids[_prefix:_read]: the context the new tokens are decoded with
+        self._context: list[int] = []  # ids[prefix:_read] less skipped ids: the new tokens are decoded after them
         self._read = 0  # ids[:_read] decode to _head, a text that ends on a complete character
+        self._skipped: frozenset[int] | None = None  # special ids that decode to nothing (`_kept`)
         self._head = ""
         self._checked = 0  # text[:_checked] is stable and holds no stop string
         self._streamed = 0
@@ -59,7 +62,7 @@ class RowText:
             return None
         before = len(self.ids)
         self.ids.extend(int(t) for t in ids)
-        context = self._decode(self.ids[self._prefix:self._read])
+        context = self._decode(self._context)
         self.text = self._text_of(len(self.ids), context)
         hit = self._first_match(self.text, start=self._checked) if self.stops else None
         if hit is None:
@@ -83,17 +86,27 @@ class RowText:
 
     def _text_of(self, n: int, context: str) -> str:
         """`decode(ids[:n])` for n >= _read: the stable head, then ids[_read:n] decoded in their window
-        (`context` is the text of ids[_prefix:_read])."""
-        window = self._decode(self.ids[self._prefix:n])
+        (`context` is the text of `_context`)."""
+        window = self._decode(self._context + self._kept(self.ids[self._read:n]))
         if not window.startswith(context):  # the decoder rewrote the context (SentencePiece byte fallback turns a
             # run of byte tokens that the new ones leave unfinished into U+FFFD, context included): decode all
             return self._decode(self.ids[:n])
         return self._head + window[len(context):]
 
+    def _kept(self, ids: Sequence[int]) -> list[int]:
+        """`ids` without the special ids that decode to nothing (found once per row, checked by decoding each)."""
+        if self._skipped is None:
+            special = getattr(self.tokenizer, "all_special_ids", None) or ()
+            self._skipped = frozenset(i for i in special if self._decode([i]) == "")
+        return [t for t in ids if t not in self._skipped] if self._skipped else list(ids)
+
     def _advance(self) -> None:
-        """Moves the window past the new tokens once their text ends on a complete character (vLLM's rule)."""
+        """Moves the window past the new tokens once their text ends on a complete character (vLLM's rule), or
+        past them at once when they are all skipped ids (the text is the head's: nothing of theirs to decode)."""
         if len(self.text) > len(self._head) and not self.text.endswith(_REPLACEMENT):
-            self._prefix, self._read, self._head = self._read, len(self.ids), self.text
+            self._context, self._read, self._head = self._kept(self.ids[self._read:]), len(self.ids), self.text
+        elif self.text == self._head and not self._kept(self.ids[self._read:]):
+            self._read = len(self.ids)
 
     def _stable_len(self) -> int:
         n = len(self.text)
@@ -121,5 +134,5 @@ class RowText:
         """Keeps the first `keep` tokens (a row cut short by the device, e.g. at EOS)."""
         self.ids = self.ids[:keep]
         if keep < self._read:  # the window starts again from the first token
-            self._prefix, self._read, self._head = 0, 0, ""
-        self.text = self._text_of(keep, self._decode(self.ids[self._prefix:self._read]))
+            self._context, self._read, self._head = [], 0, ""
+        self.text = self._text_of(keep, self._decode(self._context))

@@ -106,6 +106,9 @@ class CountingTokenizer:
         self.decoded += len(ids)
         return self.tokenizer.decode(ids, **kwargs)
 
+    def __getattr__(self, name):  # all_special_ids and the rest: the real tokenizer's
+        return getattr(self.tokenizer, name)
+
 
 def test_decoding_work_is_linear_in_the_output_length(tokenizer):
     """Tokens passed to the tokenizer per generated token stay bounded as the output grows (the whole-row re-decode
@@ -121,6 +124,23 @@ def test_decoding_work_is_linear_in_the_output_length(tokenizer):
         per_token[copies] = counting.decoded / len(ids)
         assert per_token[copies] < 6, per_token
     assert per_token[16] < 1.25 * per_token[4], per_token
+
+
+def test_a_long_run_of_special_tokens_costs_what_text_costs(tokenizer):
+    """A model that emits 1,000 `<|im_start|>` between two texts (skipped by the decode): the text is the full decode
+    at every chunk and the tokens passed to the tokenizer stay a few per generated token (the window stayed put
+    while the text did not grow, so each chunk of the run decoded the whole run again: about 60 per token here)."""
+    start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    ids = ids_of(tokenizer, "数学 ☕ naïve") + [start] * 1000 + ids_of(tokenizer, " the proof 🧠 done")
+    counting = CountingTokenizer(tokenizer)
+    row = RowText(counting)
+    for end, chunk in chunks(ids, [8]):
+        row.append(chunk)
+        assert row.text == reference(tokenizer, ids[:end])
+    assert row.text == "数学 ☕ naïve the proof 🧠 done" and row.decoded_tokens == counting.decoded
+    assert counting.decoded / len(ids) < 6, counting.decoded / len(ids)
+    row.truncate(500)  # a cut inside the run
+    assert row.text == reference(tokenizer, ids[:500]) == "数学 ☕ naïve"
 
 
 @pytest.fixture(scope="module")
