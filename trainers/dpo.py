@@ -35,7 +35,7 @@ from trainers.losses import (PAIR_LOSS_TYPES, REFERENCE_FREE_LOSS_TYPES, dpo_per
                              orpo_nll, orpo_per_pair_loss, simpo_per_pair_loss)
 from trainers.loop import LoopResult, run_loop, train_flops_per_token
 from trainers.data import batch_iterator
-from trainers.run import (Frozen, Run, RowsRun, load_tokenizer_for, merged_for_export, rows_update, setup_rows,
+from trainers.run import (Frozen, Run, RowsRun, export_run, load_tokenizer_for, rows_update, setup_rows,
                           with_reference)
 from trainers.step import jit_train_step, make_train_step
 
@@ -303,8 +303,5 @@ def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None
                                                   config.dpo) else 4.0),
         progress=progress)
     if config.get("export_dir") and not result.preempted:
-        from reasoner.models.export import export_hf
-
-        export_hf(merged_for_export(s.run, result.state.params), str(config.export_dir), tokenizer=s.run.tokenizer,
-                  base_model_name_or_path=s.run.config.model.get("name") or None)
+        export_run(s.run, result.state.params, config.export_dir)
     return result

@@ -385,10 +385,9 @@ def train(config, *, workdir, model=None, tokenizer=None, examples=None, eval_ex
                     progress=progress, on_close=close)
     result = GRPOResult(loop=loop, run=run)
     if config.get("export_dir") and not loop.preempted:
-        from reasoner.models.export import export_hf
-        from trainers.run import merged_for_export
+        from trainers.run import export_run
 
         params = grpo_eval.export_params(run, result, workdir=workdir, settings=settings, meta=meta)
-        export_hf(merged_for_export(run, params), str(config.export_dir), tokenizer=run.tokenizer,
-                  base_model_name_or_path=base_model if model is not None else run.config.model.get("name") or None)
+        # a model passed in is not what config.model.name holds: its base is the caller's `base_model` or none
+        export_run(run, params, config.export_dir, base_model=(base_model or "") if model is not None else None)
     return result

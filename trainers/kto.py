@@ -39,7 +39,7 @@ from reasoner.data.unpaired import KL_FIELDS, ROW_FIELDS, KLBatches, prepare_kto
 from reasoner.models.scoring import sequence_logps
 from trainers.loop import LoopResult, run_loop, train_flops_per_token
 from trainers.losses import kto_losses
-from trainers.run import Frozen, RowsRun, load_tokenizer_for, merged_for_export, rows_update, setup_rows
+from trainers.run import Frozen, RowsRun, export_run, load_tokenizer_for, rows_update, setup_rows
 
 SIDES = ("chosen", "rejected")  # TRL's metric names for desirable / undesirable examples
 
@@ -223,8 +223,5 @@ def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None
         flops_per_token=train_flops_per_token(s.run.model_cfg, seq_len=config.data.seq_len, passes=6.0),
         progress=progress)
     if config.get("export_dir") and not result.preempted:
-        from reasoner.models.export import export_hf
-
-        export_hf(merged_for_export(s.run, result.state.params), str(config.export_dir), tokenizer=s.run.tokenizer,
-                  base_model_name_or_path=s.run.config.model.get("name") or None)
+        export_run(s.run, result.state.params, config.export_dir)
     return result

@@ -160,6 +160,20 @@ def merged_for_export(run: Run, params):
     return model
 
 
+def export_run(run: Run, params, out_dir, *, base_model: str | None = None) -> str:
+    """Writes `params` as a complete HF checkpoint in `out_dir` (`reasoner.models.export.export_hf`: LoRA adapters
+    folded in, and written apart in PEFT's format); returns out_dir.
+
+    base_model: what the adapter names as its base; None = the run's `config.model.name`, the checkpoint it was
+    trained on; "" = none (a caller that passed its own model in, whose base that name does not hold)."""
+    from reasoner.models.export import export_hf
+
+    if base_model is None:
+        base_model = run.config.model.get("name")
+    return export_hf(merged_for_export(run, params), str(out_dir), tokenizer=run.tokenizer,
+                     base_model_name_or_path=base_model or None)
+
+
 def best_params(result, *, workdir, best_metric: str, best_mode: str = "min", meta: dict):
     """(params, step): those of the checkpoint `workdir/best/` keeps for `best_metric`, or (the final params, None)
     when it holds none (no evaluation ran). `meta` is what the run's checkpoints must match (trainer, fingerprint)."""

@@ -22,7 +22,7 @@ from reasoner.data.pipeline import batch_sharding, eval_batches, prepare_sft, to
 from reasoner.models.scoring import sequence_logps
 from trainers.losses import sft_loss_sum, target_mask
 from trainers.loop import LoopResult, run_loop, train_flops_per_token
-from trainers.run import (Frozen, Run, RowsRun, best_params, load_tokenizer_for, merged_for_export,
+from trainers.run import (Frozen, Run, RowsRun, best_params, export_run, load_tokenizer_for,
                           rows_update, setup_rows)
 from trainers.step import jit_train_step, make_train_step
 
@@ -119,9 +119,6 @@ def train(config, *, workdir, progress: bool = True, tokenizer=None, splits=None
 
 def export(run: Run, result: LoopResult, *, workdir, out_dir) -> str:
     """Writes HF safetensors of the best-validation checkpoint (or the final state without validation)."""
-    from reasoner.models.export import export_hf
-
     params, _ = best_params(result, workdir=workdir, best_metric="val_loss",
                             meta={"trainer": "sft", "fingerprint": fingerprint(result.state)})
-    return export_hf(merged_for_export(run, params), str(out_dir), tokenizer=run.tokenizer,
-                     base_model_name_or_path=run.config.model.get("name") or None)
+    return export_run(run, params, out_dir)

@@ -71,17 +71,15 @@ def test_sft_lora_export_loads_with_auto_peft_and_matches_the_merged_export(sft_
 
 
 @pytest.mark.parametrize("trainer", ["sft", "dpo", "kto", "grpo"])
-def test_every_trainer_export_passes_the_base_model(trainer):
-    """The four trainers' `export_hf` calls name the base (SFT's and GRPO's run in the other tests; DPO's and KTO's
-    are the same expression as SFT's)."""
+def test_every_trainer_exports_through_export_run(trainer):
+    """The four trainers export through `trainers.run.export_run`, whose default base is `config.model.name` (SFT's
+    and GRPO's run in the other tests; DPO's and KTO's are the same call as SFT's, without `base_model=`)."""
     tree = ast.parse((TRAINERS / f"{trainer}.py").read_text())
-    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-             and getattr(node.func, "id", getattr(node.func, "attr", None)) == "export_hf"]
-    assert calls, f"trainers/{trainer}.py: no export_hf call"
-    for call in calls:
-        keywords = {k.arg: ast.unparse(k.value) for k in call.keywords}
-        assert "config.model" in keywords.get("base_model_name_or_path", ""), \
-            f"trainers/{trainer}.py:{call.lineno}: export_hf without base_model_name_or_path"
+    called = {getattr(node.func, "id", getattr(node.func, "attr", None)): node for node in ast.walk(tree)
+              if isinstance(node, ast.Call)}
+    assert "export_run" in called and "export_hf" not in called, f"trainers/{trainer}.py"
+    if trainer != "grpo":
+        assert "base_model" not in {k.arg for k in called["export_run"].keywords}
 
 
 @pytest.mark.parametrize("passed_model", [False, True, "named"], ids=["config-model", "caller-model", "caller-named"])
