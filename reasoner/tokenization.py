@@ -213,7 +213,8 @@ def encode_prompt_completion(tokenizer, *, prompt: Sequence[Message], completion
     (trained on) and tool / user turns between them (masked out, as GRPO masks tool responses). Each turn is
     rendered through the chat template (with `tools` where given, as the scratchpad renders it at inference),
     so an assistant turn ends with the template's end-of-turn marker (the model learns to stop) and a tool turn
-    carries the next generation prompt, which is not trained either. The pieces are tokenized separately at the
+    carries the next generation prompt, which is not trained either (nor is the generation prompt between two
+    assistant turns in a row). The pieces are tokenized separately at the
     turn boundaries, the way the sampler's cache is continued between turns (`reasoner.agents.multiturn`).
     Every rendering must extend the previous one; templates that rewrite earlier turns (e.g. strip reasoning)
     are rejected with an error naming the mismatch.
@@ -231,6 +232,17 @@ def encode_prompt_completion(tokenizer, *, prompt: Sequence[Message], completion
     for j, message in enumerate(turns):
         assistant = message.get("role") == "assistant"
         next_is_assistant = j + 1 < len(turns) and turns[j + 1].get("role") == "assistant"
+        if assistant and j and turns[j - 1].get("role") == "assistant":
+            # an assistant turn right after another: its header (the generation prompt) is the template's, not the
+            # model's output, so it is context (mask 0) as it is after a tool turn
+            header = render_chat(tokenizer, [*prompt, *turns[:j]], add_generation_prompt=True, **kwargs)
+            if not header.startswith(done):
+                raise ValueError(f"chat template renders the earlier turns differently with the generation prompt "
+                                 f"before turn {j}; expected the conversation to start with {done[-80:]!r}")
+            piece = encode(tokenizer, header[len(done):])
+            ids += piece
+            mask += [0] * len(piece)
+            done = header
         text = render_chat(tokenizer, [*prompt, *turns[:j + 1]], add_generation_prompt=not assistant and
                            next_is_assistant, **kwargs)
         if not text.startswith(done):

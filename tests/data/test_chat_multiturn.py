@@ -121,3 +121,31 @@ def test_a_template_that_raises_is_named_with_its_row(tokenizer):
                     strict, seq_len=64)
     with pytest.raises(ValueError, match=r"train split, row 0: Conversation roles must alternate"):
         prepare_kto([{"prompt": twice, "completion": "A", "label": True}], strict, seq_len=64)
+
+
+def test_consecutive_assistant_turns_train_no_header(tokenizer):
+    # two assistant turns in a row: the second one's "<|im_start|>assistant\n" is the template's generation prompt,
+    # not model output; it was trained (4 extra tokens: mask 1 on <|im_start|>, "ass", "istant", "\n"). Reference:
+    # the whole conversation rendered once, each assistant turn's span from its content through "<|im_end|>\n"
+    # located by hand in the text, tokens marked by their character offsets.
+    from reasoner.data.chat_masks import encode_sft_example
+
+    turns = [{"role": "assistant", "content": "Let me think."}, {"role": "assistant", "content": "B"},
+             {"role": "tool", "content": "ok"}, {"role": "assistant", "content": "C"},
+             {"role": "assistant", "content": "D"}]
+    pc = encode_sft_example(tokenizer, {"prompt": PROMPT, "completion": turns}, where="t.jsonl:1")
+    text = render_chat(tokenizer, PROMPT + turns, add_generation_prompt=False)
+    pos, spans = len(render_chat(tokenizer, PROMPT, add_generation_prompt=False)), []
+    for m in turns:
+        head, turn = f"<|im_start|>{m['role']}\n", f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n"
+        assert text[pos:pos + len(turn)] == turn
+        if m["role"] == "assistant":
+            spans.append((pos + len(head), pos + len(turn)))
+        pos += len(turn)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    reference = [int(any(s <= a and b <= e for s, e in spans)) for a, b in enc["offset_mapping"]]
+    assert list(pc.ids) == list(enc["input_ids"])
+    assert list(pc.completion_mask) == reference
+    assert sum(reference) == 4 + 3 + 4 * 2  # "Let me think." is 4 tokens, "B" "C" "D" 1 each; + <|im_end|>, "\n"
+    trained = tokenizer.decode([i for i, m in zip(pc.ids, pc.completion_mask) if m])
+    assert trained == "Let me think.<|im_end|>\nB<|im_end|>\nC<|im_end|>\nD<|im_end|>\n"
