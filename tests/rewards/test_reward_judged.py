@@ -145,9 +145,9 @@ def test_cedar_correctness_routes_by_source(tmp_path):
                 example_of(CedarRecord(3, "abductionrules", "The cat is red.")),
                 example_of(CedarRecord(4, "crypto", tests=(("ab", "ba"),)))]
     fn = build_reward("cedar_correctness")
-    right = ["<answer>sent13 & sent5</answer>", "<answer>2</answer>", "<answer>not enough info</answer>",
+    right = ["<answer>13 & 5</answer>", "<answer>2</answer>", "<answer>not enough info</answer>",
              "<answer>the cat  is red.</answer>", "<answer>def transform(s):\n    return s[::-1]\n</answer>"]
-    wrong = ["<answer>sent5</answer>", "<answer>1</answer>", "<answer>SUPPORTS</answer>",
+    wrong = ["<answer>sent5, sent13</answer>", "<answer>1</answer>", "<answer>SUPPORTS</answer>",
              "<answer>The cat is blue.</answer>", "<answer>def transform(s):\n    return s\n</answer>"]
     assert fn(right, examples=examples) == [1.0] * 5
     assert fn(wrong, examples=examples) == [0.0] * 5

@@ -2,6 +2,7 @@
 fixtures in the published format for the sources we cannot ship), through `reasoner cedar check` too."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -32,16 +33,27 @@ def test_abductionrules_real(shared_data):
 
 
 def test_uniadilr_real(shared_data):
+    """Every staged record: its proof's antecedent ids (read here with a regex of the test's own) in the prompt's
+    format ("5,13") score 1 in any order and with duplicates; Table 8 counts STANDALONE integers only, so the same
+    ids glued to "sent" or written as a decimal score 0, as does a set with one id changed or missing."""
     path = shared_data / "uniadilr/abduction.jsonl"
     records = load_records("uniadilr", path)
     rows = [json.loads(line) for line in path.open()]
-    assert len(records) == len(rows) and records[7].id == 7
-    for r, row in zip(records[:30], rows):
-        ids = sorted(r.gold)
-        assert ids and all(f"sent{i}" in row["context"] for i in ids)
-        assert score(r, _answer(", ".join(f"sent{i}" for i in reversed(ids)))) == 1.0
+    assert len(records) == len(rows) == 300 and records[7].id == 7
+    for r, row in zip(records, rows):
+        ids = sorted({int(n) for n in re.findall(r"sent(\d+)", row["proof"].split("->")[0])})
+        assert ids and set(r.gold) == set(ids) and all(f"sent{i}" in row["context"] for i in ids)
+        assert score(r, _answer(",".join(str(i) for i in ids))) == 1.0
+        assert score(r, _answer(" , ".join(str(i) for i in reversed(ids + ids[:1])))) == 1.0
+        assert score(r, _answer(", ".join(f"sent{i}" for i in ids))) == 0.0
         assert score(r, _answer(", ".join(str(i) for i in ids[:-1] + [ids[-1] + 1000]))) == 0.0
+        if len(ids) > 1:
+            assert score(r, _answer(", ".join(str(i) for i in ids[:-1]))) == 0.0
+            assert score(r, _answer(".".join(str(i) for i in ids))) == 0.0
     assert uniadilr_gold("sent5 & sent13 -> Sarah is a talented programmer.") == {5, 13}
+    (r,) = [r for r in records if r.gold == {5, 13}][:1]
+    assert [score(r, _answer(a)) for a in ("5,13", "(13) and (5)", "13, 5, 5", "sent5,sent13", "5, s13", "5.13",
+                                           "5, 13x", "5, 0013", "5", "5, 13, 1")] == [1, 1, 1, 0, 0, 0, 0, 1, 0, 0]
 
 
 def test_list_functions_real_run_in_the_sandbox(shared_data):
@@ -115,7 +127,7 @@ def test_bad_records_are_clear_errors(tmp_path):
 def test_cli_prints_one_reward_per_completion_in_order(shared_data, tmp_path):
     path = shared_data / "uniadilr/abduction.jsonl"
     records = load_records("uniadilr", path)[:3]
-    lines = [{"id": 2, "completion": _answer(" ".join(f"sent{i}" for i in records[2].gold))},
+    lines = [{"id": 2, "completion": _answer(",".join(str(i) for i in records[2].gold))},
              {"id": 0, "completion": "no span"},
              {"id": 1, "completion": _answer(" ".join(str(i) for i in records[1].gold))}]
     completions = tmp_path / "c.jsonl"
