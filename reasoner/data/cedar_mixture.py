@@ -134,15 +134,21 @@ def missing_data_message(data_dir: pathlib.Path, sources) -> str | None:
 
 
 def _paired(source: str, path: pathlib.Path) -> list[_Item]:
-    """Raw rows and their verifier records, in file order (AbductionRules: one item per question)."""
+    """Raw rows and their verifier records, in file order (AbductionRules: one item per question). A row whose
+    App. B prompt cannot be rendered (a field missing or of the wrong shape) is a ValueError naming its line."""
     records = load_records(source, path)
     rows = []
-    for _, row in iter_jsonl(path, what=f"{source} records"):
+    for lineno, row in iter_jsonl(path, what=f"{source} records"):
         if source == "abductionrules":
-            rows += [{"context": row["context"], "question": q} for q in row["questions"]]
+            rows += [(lineno, {"context": row["context"], "question": q}) for q in row["questions"]]
         else:
-            rows.append(row)
-    return [_Item(row, record) for row, record in zip(rows, records, strict=True)]
+            rows.append((lineno, row))
+    for lineno, row in rows:
+        try:
+            training_messages(source, row)
+        except ValueError as err:
+            raise ValueError(f"{path}:{lineno}: {err}") from None
+    return [_Item(row, record) for (_, row), record in zip(rows, records, strict=True)]
 
 
 def _one_query_per_context(items: list[_Item], rng: random.Random) -> list[_Item]:

@@ -198,6 +198,9 @@ USER = {
 
 
 def _get(row: Mapping, key: str, source: str):
+    if not isinstance(row, Mapping):
+        raise ValueError(f"{source} row: expected an object with field {key!r} for its App. B prompt, got "
+                         f"{type(row).__name__}")
     if key not in row:
         raise ValueError(f"{source} row: missing field {key!r} for its App. B prompt (has {sorted(row)})")
     return row[key]
@@ -215,6 +218,10 @@ def _demonstrations(row: Mapping, source: str) -> str:
     if not pairs:
         raise ValueError(f"{source} row {row.get('id', row.get('index'))!r}: no train['normal'] demonstrations")
     show = (lambda v: v) if source == "crypto" else json.dumps
+    for k, p in enumerate(pairs):
+        if not (isinstance(p, Mapping) and "input" in p and "output" in p):
+            raise ValueError(f"{source} row {row.get('id', row.get('index'))!r}: train['normal'][{k}] is {p!r:.60}, "
+                             "expected an object with 'input' and 'output'")
     return "\n\n".join(f"Input: {show(p['input'])}\nOutput: {show(p['output'])}" for p in pairs)
 
 
@@ -233,10 +240,14 @@ def user_fields(source: str, row: Mapping) -> dict[str, str]:
                 "possible_cause": str(_get(row, "Possible Cause", source))}
     if source == "climate_fever":
         evidences = _get(row, "evidences", source)
-        text = "\n".join(f"- {e['evidence'] if isinstance(e, Mapping) else e}" for e in evidences)
+        if not isinstance(evidences, list):
+            raise ValueError(f"climate_fever row {row.get('claim_id')!r}: evidences is {type(evidences).__name__}, "
+                             "expected a list")
+        text = "\n".join(f"- {_get(e, 'evidence', source) if isinstance(e, Mapping) else e}" for e in evidences)
         return {"claim": str(_get(row, "claim", source)), "evidence_text": text}
     if source == "abductionrules":
-        return {"context": str(_get(row, "context", source)), "query": str(_get(row, "question", source)["text"])}
+        return {"context": str(_get(row, "context", source)),
+                "query": str(_get(_get(row, "question", source), "text", source))}
     if source in ("crypto", "list_functions"):
         return {"train_prompt": _demonstrations(row, source)}
     raise ValueError(f"source {source!r}: expected one of {', '.join(SYSTEM)}")

@@ -68,9 +68,22 @@ def answer_code(text: str) -> str:
 
 
 def _field(row: dict, key: str, where: str):
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object with field {key!r}, got {type(row).__name__}")
     if key not in row:
         raise ValueError(f"{where}: missing field {key!r} (has {sorted(row)})")
     return row[key]
+
+
+def _test_pairs(pairs, where: str) -> tuple:
+    """The (input, output) pairs of a code record's `test` list; ValueError naming `where` when one is not an
+    {"input", "output"} object or there is none."""
+    if not isinstance(pairs, list) or not pairs:
+        raise ValueError(f"{where}: 'test' is {pairs!r:.60}, expected a non-empty list of {{input, output}} objects")
+    for k, t in enumerate(pairs):
+        if not (isinstance(t, dict) and "input" in t and "output" in t):
+            raise ValueError(f"{where}: test[{k}] is {t!r:.60}, expected an object with 'input' and 'output'")
+    return tuple((t["input"], t["output"]) for t in pairs)
 
 
 def uniadilr_gold(proof: str) -> frozenset[int]:
@@ -95,10 +108,7 @@ def load_records(source: str, path: str | pathlib.Path) -> list[CedarRecord]:
             out.append(CedarRecord(n, source, uniadilr_gold(str(_field(row, "proof", where)))))
         elif source in ("list_functions", "crypto"):
             rid = _field(row, "id" if source == "list_functions" else "index", where)
-            tests = tuple((t["input"], t["output"]) for t in _field(row, "test", where))
-            if not tests:
-                raise ValueError(f"{where}: empty 'test' list")
-            out.append(CedarRecord(rid, source, tests=tests))
+            out.append(CedarRecord(rid, source, tests=_test_pairs(_field(row, "test", where), where)))
         elif source == "balanced_copa":
             label = _field(row, "label", where)
             if label not in (0, 1):
@@ -169,16 +179,27 @@ def record_of(example) -> CedarRecord:
     source = example.get("source")
     if source not in SOURCES:
         raise ValueError(f"example source {source!r}: expected one of {', '.join(SOURCES)}")
+    where = f"{source} example {example.get('id')!r}"
     if source in ("list_functions", "crypto"):
-        tests = tuple((t["input"], t["output"]) for t in example.get("tests") or ())
-        if not tests:
-            raise ValueError(f"{source} example {example.get('id')!r} has no 'tests'")
-        return CedarRecord(example.get("id", ""), source, tests=tests)
+        if not example.get("tests"):
+            raise ValueError(f"{where} has no 'tests'")
+        return CedarRecord(example.get("id", ""), source, tests=_test_pairs(example["tests"], where))
     if "answer" not in example:
-        raise ValueError(f"{source} example {example.get('id')!r} has no 'answer'")
+        raise ValueError(f"{where} has no 'answer'")
     gold = example["answer"]
-    if source == "uniadilr":
-        gold = uniadilr_gold(gold) if isinstance(gold, str) else frozenset(int(g) for g in gold)
-    elif source in ("climate_fever", "causelogics"):
-        gold = str(gold).upper()
+    try:  # the gold in the type `score` compares with: a row written by hand ("answer": "2") must not score 0
+        if source == "uniadilr":
+            gold = uniadilr_gold(gold) if isinstance(gold, str) else frozenset(int(g) for g in gold)
+        elif source == "balanced_copa":
+            gold = int(str(gold).strip())  # 2 or "2"; not True, 2.5 or "two"
+            if isinstance(example["answer"], bool) or gold not in (1, 2):
+                raise ValueError
+        elif source in ("climate_fever", "causelogics"):
+            gold = str(gold).strip().upper()
+        elif not isinstance(gold, str):
+            raise ValueError
+    except (TypeError, ValueError):
+        expected = {"uniadilr": "a proof string or a list of sentence ids", "balanced_copa": "the choice 1 or 2",
+                    "abductionrules": "the missing fact as a string"}[source]
+        raise ValueError(f"{where}: answer {example['answer']!r:.60} is not {expected}") from None
     return CedarRecord(example.get("id", ""), source, gold)

@@ -134,6 +134,21 @@ def test_unshippable_sources_from_a_user_directory(tmp_path):
     assert "Premises:\np1\np2\n" in logic["prompt"][1]["content"]
 
 
+def test_a_row_whose_prompt_cannot_be_rendered_is_named_by_line(tmp_path, capsys):
+    user = tmp_path / "user"
+    _write(user / "climate_fever/climate-fever.jsonl", [
+        {"claim_id": "0", "claim": "c", "claim_label": 0, "evidences": [{"evidence": "e"}]},
+        {"claim_id": "1", "claim": "c", "claim_label": 1, "evidences": [{"text": "e"}]}])
+    spec = MixtureSpec(scale=0.0125, sources=("climate_fever",))
+    with pytest.raises(ValueError, match=r"climate-fever.jsonl:2: climate_fever row: missing field 'evidence'"):
+        build_mixture(spec, data_dir=tmp_path, user_dir=user)
+    _write(user / "climate_fever/climate-fever.jsonl", [
+        {"claim_id": "0", "claim": "c", "claim_label": 0, "evidences": "e"}])
+    assert main(["cedar", "data", "--data-dir", str(tmp_path), "--user-data-dir", str(user), "--sources",
+                 "climate_fever", "--out", str(tmp_path / "o")]) == 2
+    assert "climate-fever.jsonl:1: climate_fever row '0': evidences is str, expected a list" in capsys.readouterr().err
+
+
 def test_missing_data_is_named_with_what_to_download(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match=r"uniadilr/abduction.jsonl.*github.com/YuSheng-00/UniADILR"):
         build_mixture(MixtureSpec(sources=("uniadilr",)), data_dir=tmp_path)

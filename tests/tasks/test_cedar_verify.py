@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from reasoner.tasks.cedar_verify import answer_span, load_records, score, uniadilr_gold
+from reasoner.tasks.cedar_verify import answer_span, load_records, record_of, score, uniadilr_gold
 
 
 def _answer(text):
@@ -122,6 +122,36 @@ def test_bad_records_are_clear_errors(tmp_path):
         load_records("balanced_copa", bad)
     with pytest.raises(ValueError, match="source 'copa'"):
         load_records("copa", bad)
+
+
+def test_malformed_records_name_the_line_and_what_was_expected(tmp_path):
+    bad = tmp_path / "crypto.jsonl"
+    bad.write_text(json.dumps({"train": {"normal": []}, "test": [{"input": "ab"}], "index": 0}) + "\n")
+    with pytest.raises(ValueError, match=r"crypto.jsonl:1: test\[0\] is .* expected an object with 'input' and"):
+        load_records("crypto", bad)
+    bad.write_text(json.dumps({"id": "c1", "test": "ab"}) + "\n")
+    with pytest.raises(ValueError, match=r"crypto.jsonl:1: 'test' is 'ab', expected a non-empty list"):
+        load_records("list_functions", bad)
+    bad.write_text(json.dumps({"context": "c", "questions": ["The cat is red."]}) + "\n")
+    with pytest.raises(ValueError, match="crypto.jsonl:1: expected a JSON object with field 'id', got str"):
+        load_records("abductionrules", bad)
+    with pytest.raises(ValueError, match=r"crypto example 3: test\[0\] is \['ab', 'ba'\]"):
+        record_of({"source": "crypto", "id": 3, "tests": [["ab", "ba"]]})
+
+
+def test_example_rows_carry_gold_in_the_type_the_verifier_compares():
+    """A row written by hand with the COPA choice as text ("2") scores as the int the mixture writes (it scored 0
+    for every completion); a gold that is no choice, or no fact, is refused by name."""
+    for answer in (2, "2", " 2"):
+        record = record_of({"source": "balanced_copa", "id": 1, "answer": answer})
+        assert (score(record, _answer("2")), score(record, _answer("1"))) == (1.0, 0.0)
+    for answer in ("two", True, 3, 2.5, None):
+        with pytest.raises(ValueError, match="balanced_copa example 1: answer .* is not the choice 1 or 2"):
+            record_of({"source": "balanced_copa", "id": 1, "answer": answer})
+    with pytest.raises(ValueError, match="abductionrules example 4: answer 7 is not the missing fact"):
+        record_of({"source": "abductionrules", "id": 4, "answer": 7})
+    record = record_of({"source": "causelogics", "id": 5, "answer": " true "})
+    assert (score(record, _answer("TRUE")), score(record, _answer("false"))) == (1.0, 0.0)
 
 
 def test_cli_prints_one_reward_per_completion_in_order(shared_data, tmp_path):
