@@ -13,7 +13,9 @@ assistant turns with tool (or user) turns between them: only the assistant token
 (`reasoner.tokenization.encode_prompt_completion`), as Sequent-Prover's SFT and DPO on scratchpad trajectories
 need. An optional `"tools"` list (OpenAI tool schemas, TRL's `tools` column) is passed to the chat template.
 Builder configs `sft` and `dpo` pick the schema; every field is stored as a JSON string feature so any chat shape
-survives the round trip. Files are read from the `manual_dir` given in `download_config` (no downloads). Built
+survives the round trip. Records keep the file's order (no TFDS shuffling, so the rows equal those of the same file
+read through `reasoner.data.hf_datasets`) and their line number, so `prepare_sft` / `prepare_dpo` name "<file>:<line>"
+in an error about a record (`DecodedSource.where`). Files are read from the `manual_dir` given in `download_config` (no downloads). Built
 with `file_format="array_record"` and read with `tfds.data_source` (no TensorFlow needed).
 
 `build_chat_dataset(jsonl_dir, kind=..., data_dir=...)` builds (once; rebuilt when a file changes)
@@ -28,6 +30,7 @@ import json
 import pathlib
 from typing import Any
 
+import numpy as np
 import tensorflow_datasets as tfds
 
 SPLITS = ("train", "validation", "test")
@@ -98,8 +101,9 @@ def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[s
 class ChatJsonl(tfds.core.GeneratorBasedBuilder):
     """Chat prompt/completion (sft) or prompt/chosen/rejected (dpo) examples from JSONL files."""
 
-    VERSION = tfds.core.Version("1.1.0")  # 1.1: every field JSON, multi-turn completions, tools
-    RELEASE_NOTES = {"1.1.0": "completions as text or messages; TRL formats; tools", "1.0.0": "prompt + text"}
+    VERSION = tfds.core.Version("1.2.0")  # 1.2: file order, line numbers; 1.1: every field JSON, multi-turn, tools
+    RELEASE_NOTES = {"1.2.0": "records in file order with their line number",
+                     "1.1.0": "completions as text or messages; TRL formats; tools", "1.0.0": "prompt + text"}
     BUILDER_CONFIGS = [
         tfds.core.BuilderConfig(name="sft", description="prompt messages + completion"),
         tfds.core.BuilderConfig(name="dpo", description="prompt messages + chosen + rejected"),
@@ -107,9 +111,10 @@ class ChatJsonl(tfds.core.GeneratorBasedBuilder):
     MANUAL_DOWNLOAD_INSTRUCTIONS = "Put train.jsonl (and validation.jsonl / test.jsonl) in the manual directory."
 
     def _info(self) -> tfds.core.DatasetInfo:
-        fields = {"prompt": tfds.features.Text(), "tools": tfds.features.Text()}
+        fields = {"prompt": tfds.features.Text(), "tools": tfds.features.Text(), "line": np.int64}
         fields.update({k: tfds.features.Text() for k in FIELDS[self.builder_config.name]})
-        return self.dataset_info_from_configs(features=tfds.features.FeaturesDict(fields))
+        # keys are line numbers: without shuffling TFDS writes the records in that order
+        return self.dataset_info_from_configs(features=tfds.features.FeaturesDict(fields), disable_shuffling=True)
 
     def _split_generators(self, dl_manager):
         root = pathlib.Path(dl_manager.manual_dir)
@@ -123,7 +128,7 @@ class ChatJsonl(tfds.core.GeneratorBasedBuilder):
 
         kind = self.builder_config.name
         for n, line in iter_lines(path):
-            yield n, parse_line(line, kind=kind, where=f"{path}:{n}")
+            yield n, {**parse_line(line, kind=kind, where=f"{path}:{n}"), "line": n}
 
 
 def _decode(value) -> str:
@@ -131,10 +136,12 @@ def _decode(value) -> str:
 
 
 class DecodedSource:
-    """Random-access view of a TFDS data source that returns plain Python dicts (messages parsed)."""
+    """Random-access view of a TFDS data source that returns plain Python dicts (messages parsed). `name` (the
+    JSONL file) and the records' stored line numbers give `where(index)`, the location an error names."""
 
-    def __init__(self, source, fields: tuple[str, ...]):
-        self._source, self._fields = source, fields
+    def __init__(self, source, fields: tuple[str, ...], name: str | None = None):
+        self._source, self._fields, self.name = source, fields, name
+        self._last_line: tuple[int, int | None] = (-1, None)  # (index, line) of the last record read
 
     def __len__(self) -> int:
         return len(self._source)
@@ -143,7 +150,13 @@ class DecodedSource:
         raw = self._source[index]
         out = {"prompt": json.loads(_decode(raw["prompt"])), "tools": json.loads(_decode(raw["tools"]))}
         out.update({k: json.loads(_decode(raw[k])) for k in self._fields})
+        self._last_line = (index, int(raw["line"]) if "line" in raw else None)
         return out
+
+    def where(self, index: int) -> str | None:
+        """"<file>:<line>" of record `index`; None when the source names no file or its records carry no line."""
+        line = self._last_line[1] if self._last_line[0] == index else self._source[index].get("line")
+        return f"{self.name}:{int(line)}" if self.name and line is not None else None
 
 
 def _fingerprint(root: pathlib.Path) -> str:
@@ -203,6 +216,6 @@ def build_chat_dataset(jsonl_dir, *, kind: str, data_dir) -> dict[str, DecodedSo
 
     builder = primary_first(f"chat_jsonl:{data_dir}:{kind}", prepared)
     return {
-        split: DecodedSource(builder.as_data_source(split=split), FIELDS[kind])
+        split: DecodedSource(builder.as_data_source(split=split), FIELDS[kind], name=str(root / f"{split}.jsonl"))
         for split in builder.info.splits.keys()
     }

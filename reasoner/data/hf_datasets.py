@@ -49,16 +49,22 @@ SPLITS = ("train", "validation", "test")
 @dataclasses.dataclass(frozen=True)
 class ChatRows:
     """Random-access examples of one split, like `chat_jsonl.DecodedSource`; `name` ("<path> [<split>]") lets
-    `prepare_sft` name the row of an error."""
+    `prepare_sft` name the row of an error, and `lines` (the rows' line numbers in the JSONL file `name`, when read
+    from one) its line."""
 
     name: str
     rows: list[dict[str, Any]]
+    lines: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.rows[index]
+
+    def where(self, index: int) -> str | None:
+        """"<file>:<line>" of row `index` when the lines are known, else None (the caller names the row)."""
+        return f"{self.name}:{self.lines[index]}" if self.lines is not None else None
 
 
 def _is_saved_dataset(path: pathlib.Path) -> bool:

@@ -72,6 +72,14 @@ def _fit(ids: Sequence[int], mask: Sequence[int], *, seq_len: int, overflow: str
     return list(ids[:seq_len]), list(mask[:seq_len])
 
 
+def row_location(examples, index: int, *, split: str) -> str:
+    """Where example `index` came from, for an error: the source's own `where(index)` ("<file>:<line>" of a JSONL
+    record, `chat_jsonl.DecodedSource`) or "<name>, row <index>" (`hf_datasets.ChatRows` names its file)."""
+    where = getattr(examples, "where", None)
+    located = where(index) if callable(where) else None
+    return located or f"{getattr(examples, 'name', None) or f'{split} split'}, row {index}"
+
+
 def prepare_sft(
     examples: Sequence[dict[str, Any]],
     tokenizer,
@@ -89,11 +97,11 @@ def prepare_sft(
         raise ValueError(f"data.overflow={overflow!r}; expected one of {OVERFLOW_MODES}")
     stats = DataStats()
     docs = []
-    name = getattr(examples, "name", None) or f"{split} split"  # a source may name its file (hf_datasets.ChatRows)
     for i in range(len(examples)):
         ex = examples[i]
         stats.examples += 1
-        pc = encode_sft_example(tokenizer, ex, where=f"{name}, row {i}")  # assistant-only mask (chat_masks)
+        # assistant-only mask (chat_masks); an error names the file and line (or row) of the example
+        pc = encode_sft_example(tokenizer, ex, where=row_location(examples, i, split=split))
         fitted = _fit(pc.ids, pc.completion_mask, seq_len=seq_len, overflow=overflow, stats=stats)
         if fitted is None:
             continue
@@ -134,7 +142,6 @@ def prepare_dpo(
         raise ValueError(f"data.overflow={overflow!r}; expected one of {OVERFLOW_MODES}")
     stats = DataStats()
     chosen_docs, rejected_docs = [], []
-    name = getattr(examples, "name", None) or f"{split} split"
     for i in range(len(examples)):
         ex = examples[i]
         stats.examples += 1
@@ -145,7 +152,7 @@ def prepare_dpo(
                 pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex[key],
                                               tools=ex.get("tools"))
             except TEMPLATE_ERRORS as err:  # no location before: a DPO pair's error named no row
-                raise ValueError(f"{name}, row {i} ({key}): {err}") from None
+                raise ValueError(f"{row_location(examples, i, split=split)} ({key}): {err}") from None
             if len(pc.ids) > seq_len:
                 truncated = True
             sides.append((pc.ids, pc.completion_mask))

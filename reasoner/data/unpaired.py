@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reasoner.data.pipeline import OVERFLOW_MODES, DataStats, NoCompletionTokensError
+from reasoner.data.pipeline import OVERFLOW_MODES, DataStats, NoCompletionTokensError, row_location
 
 SPLITS = ("train", "validation", "test")
 UNPAIR_CHUNK = 1000  # `datasets.Dataset.map(batched=True)`'s default batch size, which TRL's unpairing runs under
@@ -84,11 +84,14 @@ def read_jsonl_splits(path) -> dict[str, Any]:
         lines = list(iter_jsonl(file, what="one {prompt, completion, label} record per line"))
         if not lines:
             raise ValueError(f"{file} is empty: expected one {{prompt, completion, label}} record per line")
+        numbers = [n for n, _ in lines]
         if "label" in lines[0][1] or "completion" in lines[0][1]:
             rows = [normalize_unpaired(r, where=f"{file}:{n}") for n, r in lines]
-        else:  # paired preference records
+        else:  # paired preference records, unpaired with their line numbers in the same order
             rows = unpair([normalize_record(r, kind="dpo", where=f"{file}:{n}") for n, r in lines])
-        out[split] = ChatRows(name=str(file), rows=rows)
+            numbers = [n for start in range(0, len(numbers), UNPAIR_CHUNK) for _ in ("chosen", "rejected")
+                       for n in numbers[start:start + UNPAIR_CHUNK]]
+        out[split] = ChatRows(name=str(file), rows=rows, lines=tuple(numbers))
     return out
 
 
@@ -108,7 +111,6 @@ def prepare_kto(examples: Sequence[dict[str, Any]], tokenizer, *, seq_len: int, 
     from reasoner.data.chat_masks import TEMPLATE_ERRORS
 
     stats = DataStats()
-    name = getattr(examples, "name", None) or f"{split} split"
     kept: list[tuple[int, Any]] = []
     for i in range(len(examples)):
         ex = examples[i]
@@ -117,7 +119,7 @@ def prepare_kto(examples: Sequence[dict[str, Any]], tokenizer, *, seq_len: int, 
             pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex["completion"],
                                           tools=ex.get("tools"))
         except TEMPLATE_ERRORS as err:
-            raise ValueError(f"{name}, row {i}: {err}") from None
+            raise ValueError(f"{row_location(examples, i, split=split)}: {err}") from None
         over = len(pc.ids) > seq_len
         if (over and overflow == "drop") or pc.prompt_len >= seq_len or not any(pc.completion_mask[:seq_len]):
             stats.dropped += 1
