@@ -196,7 +196,11 @@ def run_check(args) -> int:
     from reasoner.tasks.cedar_verify import load_records, score
 
     try:
-        records = {str(r.id): r for r in load_records(args.source, args.input)}
+        records = {}
+        for r in load_records(args.source, args.input):
+            if str(r.id) in records:  # a completion's id must name one record, not the last of several
+                raise ValueError(f"{args.input}: id {r.id!r} names more than one record; expected unique ids")
+            records[str(r.id)] = r
         path = pathlib.Path(args.completions)
         rows = []
         for n, row in iter_jsonl(path, what='{"id": ..., "completion": "..."}'):

@@ -171,3 +171,15 @@ def test_cli_prints_one_reward_per_completion_in_order(shared_data, tmp_path):
     completions.write_text(json.dumps({"id": 99999, "completion": "x"}) + "\n")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "id 99999 is not a record" in out.stderr
+
+
+def test_check_refuses_records_that_share_an_id(tmp_path, capsys):
+    from reasoner.cli import main
+
+    logics = tmp_path / "causelogics.jsonl"
+    logics.write_text("".join(json.dumps({"id": "a", "Label": label}) + "\n" for label in ("TRUE", "FALSE")))
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(json.dumps({"id": "a", "completion": _answer("FALSE")}) + "\n")
+    assert main(["cedar", "check", "--source", "causelogics", "--input", str(logics), "--completions",
+                 str(completions), "--json"]) == 2
+    assert "id 'a' names more than one record" in capsys.readouterr().err
