@@ -105,12 +105,28 @@ def load_hf(path, *, cache_dir=None) -> dict[str, Any]:
         from reasoner.data.jsonl import iter_jsonl
 
         for p in files.values():  # Arrow's parse errors name neither the file nor the line: ours do
-            if p.suffix == ".jsonl":
+            if p.suffix == ".jsonl" or _json_lines(p):
                 for _ in iter_jsonl(p, what="one record (row) per line"):
                     pass
         raise ValueError(f"data.hf_path: {path}: the datasets library could not read "
                          f"{sorted(p.name for p in files.values())}: {type(err).__name__}: {err}") from err
     return dict(loaded)
+
+
+def _json_lines(path: pathlib.Path) -> bool:
+    """Whether a .json file that `datasets` could not read is JSON Lines (TRL's datasets often are): it is not one
+    JSON document, and its first non-blank line is a JSON object of its own (a pretty-printed document's is not)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        json.loads(text)
+        return False
+    except ValueError:
+        pass
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        return isinstance(json.loads(first), dict)
+    except ValueError:
+        return False
 
 
 def detect_format(columns, *, kind: str, where: str) -> tuple[str, ...]:

@@ -300,3 +300,17 @@ def test_a_malformed_jsonl_line_under_hf_path_names_file_and_line(tmp_path):
     (tmp_path / "train.jsonl").write_text('{"prompt": "hi", "completion": "x"}\n{"prompt": "hi", "completion":\n')
     with pytest.raises(ValueError, match=r"train\.jsonl:2: not valid JSON"):
         load_chat_splits(str(tmp_path), kind="sft")
+
+
+def test_a_malformed_line_of_a_json_lines_json_file_names_file_and_line(tmp_path):
+    # a .json file holding JSON Lines (as many TRL datasets are) failed with "DatasetGenerationError: An error
+    # occurred while generating the dataset", naming no line; a broken pretty-printed document is not read by lines
+    from reasoner.data.hf_datasets import load_chat_splits
+
+    good = '{"prompt": "hi", "completion": "x"}\n'
+    (tmp_path / "lines.json").write_text(good + "\n" + good + '{"prompt": "hi", "completion": }\n')
+    with pytest.raises(ValueError, match=r"lines\.json:4: not valid JSON"):
+        load_chat_splits(str(tmp_path / "lines.json"), kind="sft", cache_dir=tmp_path / "cache")
+    (tmp_path / "doc.json").write_text('{\n  "data": [\n    {"prompt": "hi", "completion": }\n  ]\n}\n')
+    with pytest.raises(ValueError, match=r"doc\.json: the datasets library could not read \['doc\.json'\]"):
+        load_chat_splits(str(tmp_path / "doc.json"), kind="sft", cache_dir=tmp_path / "cache")
