@@ -100,14 +100,14 @@ def _ecare(path: pathlib.Path) -> list[HeldoutExample]:
     for lineno, row in iter_jsonl(path, what="e-CARE records"):
         where = f"{path}:{lineno}"
         ask, label = _field(row, "ask-for", where), _field(row, "label", where)
-        if ask not in ("cause", "effect") or label not in (0, 1):
+        if ask not in ("cause", "effect") or isinstance(label, bool) or label not in (0, 1):  # not true / false
             raise ValueError(f"{where}: ask-for {ask!r} / label {label!r}, expected cause|effect and 0|1")
         fields = {"premise": _field(row, "premise", where), "choice1": _field(row, "hypothesis1", where),
                   "choice2": _field(row, "hypothesis2", where)}
         system, user = (SYSTEM["balanced_copa"], USER["balanced_copa"]) if ask == "cause" else (
             COPA_EFFECT_SYSTEM, COPA_EFFECT_USER)
         out.append(HeldoutExample("ecare", str(row.get("index", lineno - 1)), _messages(system, user.format(**fields)),
-                                  ("1", "2"), str(label + 1)))
+                                  ("1", "2"), str(int(label) + 1)))  # a label 1.0 is gold "2", not "2.0"
     return out
 
 
@@ -141,7 +141,7 @@ def _musr(name: str, path: pathlib.Path) -> list[HeldoutExample]:
         where = f"{path}: story {s}"
         for q, item in enumerate(_field(story, "questions", where)):
             choices, answer = _field(item, "choices", where), _field(item, "answer", where)
-            if not isinstance(answer, int) or not 0 <= answer < len(choices):
+            if not isinstance(answer, int) or isinstance(answer, bool) or not 0 <= answer < len(choices):
                 raise ValueError(f"{where} question {q}: answer {answer!r} is not an index into {len(choices)} choices")
             user = MUSR_USER.format(context=_field(story, "context", where),
                                     problem=musr_problem(_field(item, "question", where), choices))

@@ -111,12 +111,12 @@ def load_records(source: str, path: str | pathlib.Path) -> list[CedarRecord]:
             out.append(CedarRecord(rid, source, tests=_test_pairs(_field(row, "test", where), where)))
         elif source == "balanced_copa":
             label = _field(row, "label", where)
-            if label not in (0, 1):
+            if isinstance(label, bool) or label not in (0, 1):  # JSON true is no label (True == 1 in Python)
                 raise ValueError(f"{where}: label {label!r}, expected 0 or 1")
             out.append(CedarRecord(_field(row, "id", where), source, int(label) + 1))
         elif source == "climate_fever":
             label = _field(row, "claim_label", where)
-            if isinstance(label, int) and label in CLIMATE_FEVER_LABELS:
+            if isinstance(label, int) and not isinstance(label, bool) and label in CLIMATE_FEVER_LABELS:
                 gold = CLIMATE_FEVER_LABELS[label]
             elif isinstance(label, str) and label.replace("_", " ").upper() in CLIMATE_FEVER_LABELS.values():
                 gold = label.replace("_", " ").upper()

@@ -94,3 +94,16 @@ def test_names_missing_files_and_bad_records(shared_data, tmp_path):
         [{"context": "c", "questions": [{"question": "q", "choices": ["a", "b"], "answer": 2}]}]))
     with pytest.raises(ValueError, match="story 0 question 0: answer 2 is not an index into 2 choices"):
         load_heldout("musr_team", data_dir=tmp_path)
+    # JSON true / false are no labels or indices (Python's True == 1 let them through as choice 2 / index 1), and a
+    # float label 1.0 is gold "2" (it was "2.0", which no answer matches).
+    (tmp_path / "musr/team_allocation.json").write_text(json.dumps(
+        [{"context": "c", "questions": [{"question": "q", "choices": ["a", "b"], "answer": True}]}]))
+    with pytest.raises(ValueError, match="story 0 question 0: answer True is not an index into 2 choices"):
+        load_heldout("musr_team", data_dir=tmp_path)
+    row = {"premise": "p", "ask-for": "cause", "hypothesis1": "a", "hypothesis2": "b"}
+    (tmp_path / "ecare/dev.jsonl").write_text(json.dumps({**row, "label": True}) + "\n")
+    with pytest.raises(ValueError, match="dev.jsonl:1: ask-for 'cause' / label True, expected"):
+        load_heldout("ecare", data_dir=tmp_path)
+    (tmp_path / "ecare/dev.jsonl").write_text(json.dumps({**row, "label": 1.0}) + "\n")
+    (example,) = load_heldout("ecare", data_dir=tmp_path)
+    assert example.gold == "2" and score(example, "<answer>2</answer>") == 1.0

@@ -122,6 +122,12 @@ def test_bad_records_are_clear_errors(tmp_path):
         load_records("balanced_copa", bad)
     with pytest.raises(ValueError, match="source 'copa'"):
         load_records("copa", bad)
+    bad.write_text(json.dumps({"id": 1, "label": True}) + "\n")  # JSON true is no label (True == 1 in Python)
+    with pytest.raises(ValueError, match="label True, expected 0 or 1"):
+        load_records("balanced_copa", bad)
+    bad.write_text(json.dumps({"claim_id": "1", "claim_label": True}) + "\n")
+    with pytest.raises(ValueError, match="claim_label True, expected 0-3"):
+        load_records("climate_fever", bad)
 
 
 def test_malformed_records_name_the_line_and_what_was_expected(tmp_path):
