@@ -25,6 +25,14 @@ def test_abductionrules_real(shared_data):
     records = load_records("abductionrules", shared_data / "abductionrules/Abduction-Animal/dev.jsonl")
     first = json.loads((shared_data / "abductionrules/Abduction-Animal/dev.jsonl").open().readline())
     assert records[0].id == first["questions"][0]["id"] and len(records) >= 75
+    for path in sorted(shared_data.glob("abductionrules/*/dev.jsonl")):  # every question of every variant
+        questions = [q for line in path.open() for q in json.loads(line)["questions"]]
+        records = load_records("abductionrules", path)
+        assert [r.id for r in records] == [q["id"] for q in questions]
+        for r, q in zip(records, questions):
+            assert score(r, _answer(f"\n {q['label']} ")) == 1.0
+            assert score(r, _answer(q["label"].rstrip("."))) == 0.0  # exact match: the period counts
+            assert score(r, _answer(q["text"])) == (q["text"] == q["label"])
     for r in records[:20]:
         assert score(r, _answer("  " + r.gold.upper().replace(" ", "   "))) == 1.0
         words = r.gold.split()
