@@ -105,32 +105,43 @@ def batch_iterator(config, rows: dict):
 
 def load_examples(data_cfg, *, split: str) -> list[dict]:
     """Examples of `split` from `data.hf_path` or `data.source` "jsonl" (`data.path`/<split>.jsonl) or "tfds"
-    (`data.name`)."""
+    (`data.name`). A row `as_example` cannot use is a ValueError naming its file and line ("<path>:<line>") or its
+    dataset and row."""
     if data_cfg.get("hf_path"):
         from reasoner.data.hf_datasets import load_rows
 
         hf_split = (data_cfg.get("hf_split") or "train") if split == "train" else split
         rows = load_rows(data_cfg.hf_path, split=hf_split, prompts=data_cfg.task == "chat")
+        where = [f"{data_cfg.hf_path} [{hf_split}], row {i}" for i in range(len(rows))]
     elif data_cfg.source == "jsonl":
-        from reasoner.data.jsonl import read_jsonl
+        from reasoner.data.jsonl import iter_jsonl
 
         path = pathlib.Path(data_cfg.path)
         path = path / f"{split}.jsonl" if path.is_dir() else path
         if not path.exists():
             raise FileNotFoundError(f"data.path: {path} does not exist; expected a .jsonl file or a directory "
                                     f"holding {split}.jsonl")
-        rows = read_jsonl(path, what=f"one data.task={data_cfg.task!r} row per line")
+        numbered = list(iter_jsonl(path, what=f"one data.task={data_cfg.task!r} row per line"))
+        rows, where = [row for _, row in numbered], [f"{path}:{n}" for n, _ in numbered]
     elif data_cfg.source == "tfds":
         import tensorflow_datasets as tfds
 
         builder = tfds.builder(data_cfg.name, data_dir=data_cfg.tfds_dir or None, file_format="array_record")
         source = builder.as_data_source(split=split)
         rows = [dict(source[i]) for i in range(len(source))]
+        where = [f"{data_cfg.name} [{split}], row {i}" for i in range(len(rows))]
     else:
         raise ValueError(f"data.source={data_cfg.source!r}: expected 'jsonl' or 'tfds'")
     if data_cfg.get("limit"):
         rows = rows[: int(data_cfg.limit)]
-    return [as_example(r, task=data_cfg.task, dataset=data_cfg.dataset) for r in rows]
+    out = []
+    for row, at in zip(rows, where):
+        try:
+            out.append(as_example(row, task=data_cfg.task, dataset=data_cfg.dataset))
+        except (ValueError, KeyError, TypeError) as err:  # a task's record check names the record, not its line
+            reason = err.args[0] if isinstance(err, KeyError) and err.args else err
+            raise ValueError(f"{at}: {reason}") from err
+    return out
 
 
 def as_example(row: Mapping, *, task: str, dataset: str = "deeprd") -> dict:

@@ -71,3 +71,22 @@ def test_kto_jsonl_errors_name_the_line(strict, tmp_path):
     assert [rows.where(i) for i in range(6)] == [f"{tmp_path}/p/train.jsonl:{n}" for n in (1, 4, 5, 1, 4, 5)]
     with pytest.raises(ValueError, match=r"p/train\.jsonl:4: no boom, please"):
         prepare_kto(rows, strict, seq_len=64)
+
+
+@pytest.mark.parametrize("task, bad, message", [
+    ("chat", {"question": "2+2?"}, r"expected a 'prompt' field"),
+    ("astar", {"id": "p7", "program": "{}"}, r"missing \['goal'\]"),
+    ("smt", {"id": "p7", "question": "Is Max sour?"}, r"example lacks Logic-LLM fields"),  # a KeyError before
+])
+def test_grpo_rows_name_their_line(task, bad, message, tmp_path):
+    # GRPO's JSONL rows went through `as_example` without their location: "row {'question': ...}: expected a
+    # 'prompt' field", "record p7: missing ['goal']" or a bare KeyError, never the file and line
+    from ml_collections import ConfigDict
+
+    from trainers.data import load_examples
+
+    good = {"prompt": [{"role": "user", "content": "2+2?"}], "answer": "4"}
+    _write(tmp_path / "train.jsonl", [good, None, good, bad])  # the bad row: line 4
+    cfg = ConfigDict(dict(source="jsonl", path=str(tmp_path), hf_path="", task=task, dataset="folio", limit=0))
+    with pytest.raises(ValueError, match=rf"train\.jsonl:4: .*{message}"):
+        load_examples(cfg, split="train")
