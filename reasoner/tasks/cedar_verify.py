@@ -154,14 +154,22 @@ def score(record: CedarRecord, completion: str) -> float:
 
 
 def _score_code(record: CedarRecord, answer: str) -> float:
+    """1.0 when `transform` passes every stored test (each its own sandbox process, CODE_TIMEOUT_S), else 0.0.
+
+    The tests run in order and the first failure decides: the reward needs all of them, so the rest cannot change
+    it. An answer that hangs then costs one timeout (5 s), not one per test (10 x 5 s): with 16 completions per
+    GRPO step over 2 workers, a few hanging answers would otherwise push the batch past its reward deadline
+    (`timeout_s`), and the registry scores every completion of a late batch 0."""
     from reasoner.rewards.code_exec import extract_code, outputs_match
     from reasoner.verifiers.sandbox import SandboxLimits, run_transform_tests
 
     kind = "int_list" if record.source == "list_functions" else "string"
-    report = run_transform_tests(extract_code(answer), list(record.tests),
-                                 limits=SandboxLimits(timeout_s=CODE_TIMEOUT_S))
-    return float(all(o.error is None and outputs_match(o.got, expected, kind=kind)
-                     for o, (_, expected) in zip(report.tests, record.tests)))
+    code, limits = extract_code(answer), SandboxLimits(timeout_s=CODE_TIMEOUT_S)
+    for test in record.tests:
+        (outcome,) = run_transform_tests(code, [test], limits=limits).tests
+        if outcome.error is not None or not outputs_match(outcome.got, test[1], kind=kind):
+            return 0.0
+    return float(bool(record.tests))
 
 
 def example_of(record: CedarRecord) -> dict:

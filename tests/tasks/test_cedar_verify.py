@@ -76,6 +76,33 @@ def test_list_functions_real_run_in_the_sandbox(shared_data):
         assert score(r, _answer(wrong)) == 0.0
 
 
+def test_code_answers_stop_at_the_first_failing_test(shared_data, monkeypatch):
+    """Table 8 rewards an answer only when all tests pass, so the first failing test decides and the rest are not
+    run: a hanging answer costs one 5 s timeout, not ten. The sandbox calls are counted (not timed); the gold
+    function still runs all ten tests and scores 1."""
+    import reasoner.verifiers.sandbox as sandbox
+
+    path = shared_data / "list_functions/list_functions.jsonl"
+    row = json.loads(path.open().readline())
+    record = load_records("list_functions", path)[0]
+    ran, run = [], sandbox.run_transform_tests
+
+    def counting(code, tests, **kwargs):
+        ran.extend(tests)
+        return run(code, tests, **kwargs)
+
+    monkeypatch.setattr(sandbox, "run_transform_tests", counting)
+    gold = f"{row['function']}\ntransform = {row['id']}\n"
+    first3 = [t["input"] for t in row["test"][:3]]
+    assert all(t["input"] not in first3 for t in row["test"][3:])
+    right_then_wrong = f"{row['function']}\ndef transform(x):\n    return {row['id']}(x) if x in {first3!r} else [-1]\n"
+    for answer, reward, tests_run in ((gold, 1.0, 10), ("def transform(x):\n    return [-1]\n", 0.0, 1),
+                                      (right_then_wrong, 0.0, 4), ("def transform(x):\n    raise ValueError\n", 0.0, 1)):
+        ran.clear()
+        assert score(record, _answer(answer)) == reward
+        assert ran == [(t["input"], t["output"]) for t in row["test"][:tests_run]]
+
+
 CAESAR = "def transform(s):\n    return ''.join(chr((ord(c) - b + {k}) % 26 + b) if c.isalpha() else c for c in s " \
          "for b in [65 if c.isupper() else 97])\n"
 ATBASH = "def transform(s):\n    return ''.join(chr(25 - (ord(c) - b) + b) if c.isalpha() else c for c in s " \
