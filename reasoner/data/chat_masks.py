@@ -43,10 +43,11 @@ def has_generation_markers(tokenizer) -> bool:
 
 
 def text_document(tokenizer, text: str) -> PromptCompletion:
-    """Plain text: its ids plus EOS (so the model learns to stop), every token trained."""
+    """Plain text: its ids with the tokenizer's own special tokens (BOS where it adds one: TRL tokenizes `text`
+    with `tokenizer(text)`, as pretraining did) plus EOS (so the model learns to stop), every token trained."""
     if not isinstance(text, str) or not text:
         raise ValueError(f"text: expected a non-empty string, got {text!r:.80}")
-    ids = encode(tokenizer, text)
+    ids = list(tokenizer(text)["input_ids"])
     eos = tokenizer.eos_token_id
     if eos is not None and (not ids or ids[-1] != eos):
         ids.append(int(eos))

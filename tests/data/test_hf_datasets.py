@@ -147,6 +147,20 @@ def test_text_rows_train_every_token(tokenizer):
     assert ids == tokenizer("All cats are grey.")["input_ids"] + [tokenizer.eos_token_id] and mask == [1] * len(ids)
 
 
+def test_text_rows_keep_the_tokenizers_bos_as_trl_does(tokenizer):
+    # a tokenizer that adds BOS (Llama's, Mistral's, Gemma's): TRL appends the EOS text and calls tokenizer(text), so
+    # the row starts with BOS; ours tokenized without special tokens and dropped it ([6004, 2] vs TRL's [1, 6004, 2])
+    import copy
+
+    with_bos = copy.deepcopy(tokenizer)
+    with_bos.add_bos_token = True
+    for text in ("hi", "All cats are grey."):
+        source = examples_of(datasets.Dataset.from_list([{"text": text}]), kind="sft", name="lm")
+        ids, mask = _unpadded(prepare_sft(source, with_bos, seq_len=32, packing=False)[0], 0)
+        reference = with_bos(text + with_bos.eos_token)["input_ids"]  # TRL's add_eos, then its _tokenize
+        assert ids == reference and reference[0] == with_bos.bos_token_id and mask == [1] * len(ids)
+
+
 @pytest.mark.parametrize("kind, rows, message", [
     ("sft", [{"question": "q", "answer": "a"}], r"lm.jsonl: the columns \['answer', 'question'\] match none of "
      r"TRL's sft formats; expected the columns \['messages'\] or \['prompt', 'completion'\] or \['text'\]"),
