@@ -49,3 +49,37 @@ def test_over_long_or_empty_documents_are_rejected():
         best_fit_decreasing([0], capacity=8)
     with pytest.raises(ValueError, match="more than the row length"):
         pad_documents([([1] * 9, [1] * 9)], seq_len=8)
+
+
+def _brute_force_best_fit(lengths, capacity):
+    """The textbook loop: longest first (ties by index), each into the fullest bin it fits (lowest index on ties)."""
+    bins, rooms = [], []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        fits = [(rooms[b], b) for b in range(len(bins)) if rooms[b] >= lengths[i]]
+        if fits:
+            _, b = min(fits)
+            bins[b].append(i)
+            rooms[b] -= lengths[i]
+        else:
+            bins.append([i])
+            rooms.append(capacity - lengths[i])
+    return bins
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 24).flatmap(lambda cap: st.tuples(st.just(cap), st.lists(st.integers(1, cap), max_size=30))))
+def test_bins_and_rows_equal_a_brute_force_packer(cap_lengths):
+    capacity, lengths = cap_lengths
+    assert best_fit_decreasing(lengths, capacity=capacity) == _brute_force_best_fit(lengths, capacity)
+    if not lengths:
+        return
+    docs = [([100 * i + k for k in range(n)], [(i + k) % 2 for k in range(n)]) for i, n in enumerate(lengths)]
+    rows = pack_documents(docs, seq_len=capacity, pad_id=-1)
+    for r, members in enumerate(sorted(b) for b in _brute_force_best_fit(lengths, capacity)):
+        tokens = [t for i in members for t in docs[i][0]]
+        n = len(tokens)
+        assert rows["tokens"][r].tolist() == tokens + [-1] * (capacity - n)
+        assert rows["loss_mask"][r].tolist() == [m for i in members for m in docs[i][1]] + [0] * (capacity - n)
+        assert rows["positions"][r].tolist() == [k for i in members for k in range(lengths[i])] + [0] * (capacity - n)
+        assert rows["segment_ids"][r].tolist() == [s for s, i in enumerate(members, 1) for _ in range(lengths[i])] + \
+            [0] * (capacity - n)
