@@ -147,9 +147,10 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     spec = mixture_spec(config)
     data_dir = pathlib.Path(config.data.data_dir) if config.data.data_dir else default_data_dir()
 
-    def data():
+    def data():  # every process builds the same mixture (seeded); process 0 writes it (the stages take it in memory)
         mixture = build_mixture(spec, data_dir=data_dir, user_dir=config.data.user_data_dir or None)
-        write_mixture(mixture, out_dir=workdir / "data", spec=spec)
+        if is_primary():
+            write_mixture(mixture, out_dir=workdir / "data", spec=spec)
         return mixture
 
     mixture = stage("data", data)

@@ -117,3 +117,24 @@ def test_demo_cedar_tiny_end_to_end(tmp_path, capsys):
     assert all(f"rewards/{k}" in steps[0] for k in ("correctness", "coverage", "directionality"))
     assert (tmp_path / "report/cedar_rewards.png").is_file() and (tmp_path / "report/cedar_table.md").is_file()
     assert set(report["seconds"]) >= {"data", "eval_base", "grpo", "eval_grpo", "total"}
+
+
+class _AfterData(Exception):
+    """Stops the pipeline right after its data stage."""
+
+
+@pytest.mark.parametrize("primary", [True, False], ids=["process-0", "process-1"])
+def test_the_data_stage_writes_the_mixture_from_process_zero_only(tmp_path, monkeypatch, primary):
+    """Every process builds the mixture; only process 0 writes `data/` (each process wrote `mixture.json` at once)."""
+    from reasoner.pipelines import cedar
+    from trainers import run as trainer_run
+
+    def stop(*args, **kwargs):
+        raise _AfterData
+
+    monkeypatch.setattr(cedar, "is_primary", lambda: primary)
+    monkeypatch.setattr(trainer_run, "load_tokenizer_for", stop)
+    with pytest.raises(_AfterData):
+        cedar.run(load_config(f"{CONFIG}:tiny"), workdir=tmp_path, progress=False)
+    written = sorted(p.relative_to(tmp_path / "data").as_posix() for p in (tmp_path / "data").rglob("*") if p.is_file())
+    assert ("mixture.json" in written) == primary and (written != []) == primary, written
