@@ -205,6 +205,16 @@ class PromptCompletion:
     prompt_len: int
 
 
+def check_completion_start(turns: Sequence[Message]) -> None:
+    """A completion follows the prompt's generation prompt, so its first turn is the assistant's: one that starts
+    with a user or tool turn would not extend the prompt as rendered for generation (it was reported as a template
+    that rewrites earlier turns)."""
+    role = turns[0].get("role") if turns and isinstance(turns[0], dict) else None
+    if role != "assistant":
+        raise ValueError(f"completion: starts with a {role!r} turn; expected it to start with an assistant turn (the "
+                         "turns before the first assistant turn belong in the prompt)")
+
+
 def encode_prompt_completion(tokenizer, *, prompt: Sequence[Message], completion: str | Sequence[Message],
                              tools: Sequence[dict] | None = None) -> PromptCompletion:
     """Tokenizes a chat prompt and the assistant's completion, with a completion mask.
@@ -225,6 +235,7 @@ def encode_prompt_completion(tokenizer, *, prompt: Sequence[Message], completion
         raise ValueError("completion: expected the assistant's text or a non-empty list of messages")
     if not any(m.get("role") == "assistant" for m in turns):
         raise ValueError("completion: the messages hold no assistant turn, so nothing would be trained")
+    check_completion_start(turns)
     prompt_text = render_chat(tokenizer, prompt, add_generation_prompt=True, **kwargs)
     ids, mask = encode(tokenizer, prompt_text), None
     mask = [0] * len(ids)

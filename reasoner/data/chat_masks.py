@@ -26,7 +26,8 @@ from typing import Any, Mapping
 
 from jinja2 import TemplateError
 
-from reasoner.tokenization import PromptCompletion, chat_ids, encode, encode_prompt_completion, render_chat
+from reasoner.tokenization import (PromptCompletion, chat_ids, check_completion_start, encode, encode_prompt_completion,
+                                   render_chat)
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
@@ -62,6 +63,7 @@ def marked_prompt_completion(tokenizer, *, prompt, completion, tools=None) -> Pr
     """The marker path: [T] ids of the whole conversation, mask = the template's generation spans after the
     prompt (assistant turns inside `prompt` are context, as on the incremental path)."""
     kwargs = {"tools": list(tools)} if tools else {}
+    check_completion_start(_turns(completion))
     messages = [*prompt, *_turns(completion)]
     out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
                                         add_generation_prompt=False, **kwargs)

@@ -149,3 +149,32 @@ def test_consecutive_assistant_turns_train_no_header(tokenizer):
     assert sum(reference) == 4 + 3 + 4 * 2  # "Let me think." is 4 tokens, "B" "C" "D" 1 each; + <|im_end|>, "\n"
     trained = tokenizer.decode([i for i, m in zip(pc.ids, pc.completion_mask) if m])
     assert trained == "Let me think.<|im_end|>\nB<|im_end|>\nC<|im_end|>\nD<|im_end|>\n"
+
+
+def test_a_completion_that_starts_with_a_user_turn_is_named_as_such(tokenizer):
+    # it was reported as "chat template renders the earlier turns differently once turn 0 (user) is added", blaming
+    # the template; a DPO pair whose conversations part at a user turn (TRL's implicit prompt) reached it too
+    import copy
+
+    from reasoner.data.chat_jsonl import normalize_record
+    from reasoner.data.pipeline import prepare_dpo, prepare_sft
+
+    expected = r"completion: starts with a 'user' turn; expected it to start with an assistant turn"
+    late = [{"role": "user", "content": "And Anne?"}, {"role": "assistant", "content": "A"}]
+    marked = copy.deepcopy(tokenizer)
+    marked.chat_template = tokenizer.chat_template.replace(
+        "'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'",
+        "'<|im_start|>' + message['role'] + '\n' }}{% generation %}{{ message['content'] + '<|im_end|>' + '\n' }}"
+        "{% endgeneration %}{{ ''")
+    from reasoner.data.chat_masks import has_generation_markers
+
+    assert has_generation_markers(marked)
+    for tok in (tokenizer, marked):
+        with pytest.raises(ValueError, match=rf"train split, row 1: {expected}"):
+            prepare_sft([{"prompt": PROMPT, "completion": "A"}, {"prompt": PROMPT, "completion": late}], tok,
+                        seq_len=96)
+    pair = normalize_record({"chosen": PROMPT + late, "rejected": PROMPT + [{"role": "user", "content": "Bob?"},
+                                                                           {"role": "assistant", "content": "B"}]},
+                            kind="dpo", where="p.jsonl:3")
+    with pytest.raises(ValueError, match=rf"train split, row 0 \(chosen\): {expected}"):
+        prepare_dpo([pair], tokenizer, seq_len=96)
