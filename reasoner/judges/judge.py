@@ -181,7 +181,10 @@ def sampler_fingerprint(model, tokenizer) -> str:
 
 class SamplerJudge:
     """A judge model in this process: greedy decoding through `reasoner.sampling.Sampler`, `batch_size` prompts
-    per call (a short last batch is padded with copies so every call has one shape: one compile)."""
+    per call (a short last batch is padded with copies so every call has one shape: one compile). Calls from
+    several threads (the reward pool scores two batches at once; a batch past its deadline keeps running beside the
+    next) take turns: the sampler and the fast tokenizer are not made for concurrent use, and one model gains
+    nothing from it."""
 
     def __init__(self, model, tokenizer, *, judge_id: str, max_new_tokens: int = 1024, batch_size: int = 8,
                  max_len: int | None = None):
@@ -198,13 +201,18 @@ class SamplerJudge:
         self.judge_id = (f"sampler:{judge_id}:{sampler_fingerprint(model, tokenizer)}:greedy:max{max_new_tokens}"
                          + (f":len{max_len}" if max_len else ""))
         self.calls = 0
+        self._lock = threading.Lock()
 
     def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
+        if not prompts:
+            return []
+        with self._lock:
+            return self._reply(prompts)
+
+    def _reply(self, prompts: Sequence[Messages]) -> list[str | None]:
         from reasoner.sampling.buckets import bucket_length
         from reasoner.tokenization import chat_ids
 
-        if not prompts:
-            return []
         ids = [chat_ids(self.tokenizer, list(p)) for p in prompts]
         max_len = self.max_len or bucket_length(max(len(x) for x in ids) + self.params.max_new_tokens)
         out: list[str | None] = []

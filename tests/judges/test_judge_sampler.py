@@ -28,3 +28,35 @@ def test_batched_greedy_replies_are_deterministic_scored_and_cached(judge, tmp_p
     assert [(j.score, j.valid) for j in out] == [(0.0, False)] * 3 and counters.invalid == 3
     calls = judge.calls
     assert cached.reply(prompts) == first and judge.calls == calls and counters.cache_hits == 3
+
+
+def test_calls_from_several_threads_take_turns_and_reply_as_one_call_does(judge):
+    """The reward pool scores two batches at once (and a late batch runs beside the next): the judge's sampler is
+    entered by one thread at a time, and each thread gets the replies a lone call gives."""
+    import threading
+    import time
+
+    prompts = [judge_messages("coverage", source="crypto", observation=f"obs {i}", reasoning=f"r {i}") for i in range(2)]
+    want = judge.reply(prompts)
+    generate, inside, most = judge.sampler.generate, [0], [0]
+
+    def watched(*args, **kwargs):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.05)  # widens the window in which an unguarded second thread would enter
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            inside[0] -= 1
+
+    judge.sampler.generate = watched
+    try:
+        got = [None] * 4
+        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, judge.reply(prompts))) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        del judge.sampler.generate
+    assert got == [want] * 4 and most[0] == 1
