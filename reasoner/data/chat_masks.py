@@ -89,12 +89,14 @@ def incremental_prompt_completion(tokenizer, *, prompt, completion, tools=None) 
     whole = encode(tokenizer, render_chat(tokenizer, [*prompt, *_turns(completion)], add_generation_prompt=False,
                                           **kwargs))
     if whole != list(pc.ids):
+        # the texts are equal (encode_prompt_completion checked each rendering extends the last): tokens merged
         k = _first_difference(whole, pc.ids)
         raise ValueError(
-            f"chat template is not prefix-stable: the whole conversation tokenizes differently from its turn-by-turn "
-            f"renderings from token {k} on (whole {tokenizer.decode(whole[k:k + 8])!r} vs pieces "
-            f"{tokenizer.decode(list(pc.ids[k:k + 8]))!r}), so the assistant mask would not line up; use a template "
-            "with {% generation %} markers or one whose renderings extend each other")
+            f"tokens merge across a turn boundary: the whole conversation tokenizes differently from its "
+            f"turn-by-turn pieces from token {k} on, the same text split apart (whole {whole[k:k + 4]} = "
+            f"{tokenizer.decode(whole[k:k + 4])!r} vs pieces {list(pc.ids[k:k + 4])} = "
+            f"{tokenizer.decode(list(pc.ids[k:k + 4]))!r}), so the assistant mask would not line up with the "
+            "sequence; expected each turn to start on a token boundary (e.g. a completion without leading whitespace)")
     return pc
 
 

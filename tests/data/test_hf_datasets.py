@@ -187,7 +187,7 @@ def test_templates_that_are_not_prefix_stable_are_named_errors(tokenizer):
     ok = {"prompt": [{"role": "user", "content": "Hi"}], "completion": " there."}
     bad = {"prompt": [{"role": "user", "content": "hel"}], "completion": "lo"}
     for tok, examples, message in ((counted, [ok], "renders the earlier turns differently"),
-                                   (glued, [ok, bad], "not prefix-stable: the whole conversation tokenizes")):
+                                   (glued, [ok, bad], "tokens merge across a turn boundary: the whole conversation tokenizes")):
         source = examples_of(datasets.Dataset.from_list(examples), kind="sft", name="d.parquet")
         with pytest.raises(ValueError, match=rf"d.parquet, row {len(examples) - 1}: .*{message}"):
             prepare_sft(source, tok, seq_len=64)
