@@ -3,7 +3,8 @@
 A record is {"id", "context", "question", "options": ["A) True", ...], "answer": "A"}. The option labels are
 True/False (ProntoQA), True/False/Uncertain (FOLIO), True/False/Unknown (ProofWriter), or free statements: five
 schedules or claims A-E (AR-LSAT), three, five or seven orderings A-G (LogicalDeduction).
-`check_correct` reads a free-text or `finish` answer: an option letter ("B", "(B)", "B) False", "Answer: B"), a
+`check_correct` reads a free-text or `finish` answer: an option letter ("B", "(B)", "B) False", "Answer: B",
+"The answer is: **B**", "\\boxed{B}"), a
 label word for the truth-value sets ("False", "uncertain"; Unknown and Uncertain are the same answer), or, for
 statement options, the full text of exactly one option. `<think>` blocks are ignored.
 """
@@ -145,7 +146,9 @@ def extract_answer(text: str | None, problem: LogicProblem) -> str | None:
     lower = letters.lower()
     letter = rf"(?:\(([{letters}{lower}])\)|([{letters}]))(?![\w])"
     line = rf"^\(?([{letters}])\)(?:\s|$)"  # "B) ..." opening a line
-    for pattern in (rf"(?i:answer)\s*(?:(?i:is)|:)?\s*{letter}", line, rf"\b(?i:option)\s*{letter}"):
+    # "\boxed{B}" first; "answer is: **B**" (markdown bold, "is" and ":" together) as well as "Answer: B"
+    boxed = rf"\\boxed\{{\s*{letter}\s*\}}"
+    for pattern in (boxed, rf"(?i:answer)(?:\s+(?i:is))?[\s:*_]*{letter}", line, rf"\b(?i:option)\s*{letter}"):
         found = [m if isinstance(m, str) else m[0] or m[1] for m in re.findall(pattern, body, flags=re.MULTILINE)]
         if pattern == line and set(found) >= set(letters):
             # the options echoed back, one a line: not a choice, and their words are not the reply's either

@@ -77,3 +77,16 @@ def test_a_lower_case_article_or_echoed_options_are_not_a_choice(shared_data):
     assert extract_answer("My answer is a definite False.", problem) == "B"  # "a" is an article, not option A
     assert extract_answer("A) True\nB) False\nC) Unknown\nThe statement is False.", problem) == "B"
     assert extract_answer("The answer is (b).", problem) == "B" and extract_answer("Answer: C", problem) == "C"
+
+
+@pytest.mark.parametrize("dataset", sorted(FILES))
+def test_bold_and_boxed_letters_score_on_every_record(shared_data, dataset):
+    # "The answer is: **B**" (markdown bold, "is" and ":" together) and "\boxed{B}" extracted as None on every record
+    for p in load_problems(shared_data, dataset):
+        wrong = next(x for x in p.labels if x != p.answer)
+        for reply in ("The answer is: **{}**", "\\boxed{{{}}}", "**Answer: {}**", "Thus $\\boxed{{({})}}$."):
+            assert check_correct(reply.format(p.answer), p), (p.id, reply)
+            assert extract_answer(reply.format(wrong), p) == wrong, (p.id, reply)
+    problem = load_problems(shared_data, "proofwriter", limit=1)[0]
+    assert extract_answer("(A) is tempting, but \\boxed{C}", problem) == "C"
+    assert extract_answer("answer" + " " * 100_000 + "x" + ":" * 100_000, problem) is None
