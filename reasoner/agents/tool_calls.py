@@ -4,8 +4,10 @@ XML form, and calls written as plain text.
 Small models break the JSON in predictable ways; each repair below is tried in order and the one
 that worked is recorded in `ToolCall.parse_mode`:
   1. "json":      strict `json.loads` of the tagged body;
-  2. "lenient":   raw newlines/tabs inside strings allowed, trailing commas and a missing closing
-                  tag or brace repaired, Python-style single quotes / True / None accepted;
+  2. "lenient":   raw newlines/tabs inside strings allowed, text after the object (or several objects, or a
+                  list of them) in one tag, trailing commas, an unterminated string and missing closing
+                  braces repaired (outside strings only), a missing closing tag (the body ends at the next
+                  `<tool_call>`), Python-style single quotes / True / None accepted;
   3. "fields":    regex recovery of `"name"` and each known argument when the object stays broken
                   (the usual cause: unescaped quotes inside the SMT code);
   4. "xml":       `<function=NAME><parameter=KEY>value</parameter></function>` (qwen3_coder);
@@ -23,6 +25,7 @@ import re
 KNOWN_TOOLS = ("z3_solve", "finish")
 ARGUMENT_NAMES = {"z3_solve": ("smt_code", "timeout"), "finish": ("answer",)}
 
+_CLOSER_NEXT = re.compile(r"\s*[}\]]")
 _TEXT_CALL = re.compile(r"\b(" + "|".join(KNOWN_TOOLS) + r")\s*\(", re.DOTALL)
 
 
@@ -60,8 +63,9 @@ def _named_spans(text: str, prefix: str, close_tags: tuple[str, ...]) -> list[tu
 
 
 def _tagged(reply: str) -> list[str]:
-    """Bodies of `<tool_call> ... </tool_call>` (an unclosed one runs to the end), stripped."""
-    return [reply[b:e].strip() for _, b, e in _spans(reply, "<tool_call>", ("</tool_call>",))]
+    """Bodies of `<tool_call> ... </tool_call>`, stripped; an unclosed one runs to the next `<tool_call>` (a model
+    that forgets a closing tag opens the next call) or to the end."""
+    return [reply[b:e].strip() for _, b, e in _spans(reply, "<tool_call>", ("</tool_call>", "<tool_call>"))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,22 +76,71 @@ class ToolCall:
     raw: str = ""
 
 
+def _repaired(text: str, quotes: str) -> str:
+    """`text` with what a model drops or adds around a JSON object mended, outside strings only (a `}`, `]` or
+    `, }` inside an SMT string is content): trailing commas removed, an unterminated string closed, then every
+    still-open `{` / `[` closed in order. `quotes`: the characters that open a string ('"', or '"\'' for Python)."""
+    out, stack, quote, i = [], [], None, 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and i + 1 < len(text):
+                out.append(text[i:i + 2])
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in quotes:
+            quote = ch
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if stack and stack[-1] == ch:
+                stack.pop()
+        elif ch == "," and _CLOSER_NEXT.match(text, i + 1):
+            i += 1
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out) + (quote or "") + "".join(reversed(stack))
+
+
+class _Literals(ast.NodeTransformer):
+    """JSON's true / false / null as Python's constants (names only: the same words inside strings stay)."""
+
+    def visit_Name(self, node):
+        words = {"true": True, "false": False, "null": None}
+        return ast.copy_location(ast.Constant(words[node.id]), node) if node.id in words else node
+
+
 def _lenient_json(body: str):
     text = body.strip()
-    text = re.sub(r",\s*([}\]])", r"\1", text)
-    missing = text.count("{") - text.count("}")
-    if missing > 0:
-        text += "}" * missing
     try:
-        return json.loads(text, strict=False)
+        return json.loads(_repaired(text, '"'), strict=False)
     except (ValueError, RecursionError):
         pass
     try:
-        pythonish = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", text)))
-        value = ast.literal_eval(pythonish)
+        tree = _Literals().visit(ast.parse(_repaired(text, "\"'"), mode="eval"))
+        value = ast.literal_eval(tree)
         return value if isinstance(value, dict) else None
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
+
+
+def _leading_objects(body: str) -> list[tuple[dict, str]]:
+    """The JSON objects at the start of `body`, one after another (a list of them counts as its items), with the
+    text of each; what follows the last one (prose, a stray brace) is left out. [] when none parses there."""
+    decoder, out, i = json.JSONDecoder(strict=False), [], 0
+    while True:
+        while i < len(body) and body[i].isspace():
+            i += 1
+        try:
+            value, end = decoder.raw_decode(body, i)
+        except (ValueError, RecursionError):
+            return out
+        items = value if isinstance(value, list) else [value]
+        out += [(item, body[i:end] if len(items) == 1 else json.dumps(item)) for item in items]
+        i = end
 
 
 def _string_field(body: str, key: str) -> str | None:
@@ -123,24 +176,28 @@ def _from_object(obj) -> tuple[str, dict] | None:
     return name, args
 
 
-def _parse_tagged(body: str) -> ToolCall | None:
+def _parse_tagged(body: str) -> list[ToolCall]:
     try:
         parsed = _from_object(json.loads(body))
         if parsed:
-            return ToolCall(*parsed, parse_mode="json", raw=body)
+            return [ToolCall(*parsed, parse_mode="json", raw=body)]
     except (ValueError, RecursionError):
         pass
+    # Complete objects followed by text, or several in one tag (or a list of them): each object is a call.
+    leading = [(parsed, raw) for obj, raw in _leading_objects(body) if (parsed := _from_object(obj))]
+    if leading:
+        return [ToolCall(*parsed, parse_mode="lenient", raw=raw) for parsed, raw in leading]
     parsed = _from_object(_lenient_json(body))
     if parsed:
-        return ToolCall(*parsed, parse_mode="lenient", raw=body)
+        return [ToolCall(*parsed, parse_mode="lenient", raw=body)]
     if "<function=" in body:
-        return None
+        return []
     name = _string_field(body, "name")
     if name is None:
-        return None
+        return []
     args = {key: value for key in ARGUMENT_NAMES.get(name, ())
             if (value := _string_field(body, key)) is not None}
-    return ToolCall(name, args, parse_mode="fields", raw=body)
+    return [ToolCall(name, args, parse_mode="fields", raw=body)]
 
 
 def _parse_xml(text: str) -> list[ToolCall]:
@@ -230,8 +287,7 @@ def _parse_tool_calls(reply: str) -> list[ToolCall]:
     tagged = _tagged(reply) if "<tool_call>" in reply else []
     calls = []
     for body in tagged:
-        call = _parse_tagged(body)
-        calls.extend([call] if call else _parse_xml(body))
+        calls.extend(_parse_tagged(body) or _parse_xml(body))
     if calls:
         return calls
     if "<function=" in reply:

@@ -61,3 +61,31 @@ def test_parser_never_raises_on_arbitrary_text():
             assert isinstance(call.name, str) and isinstance(call.arguments, dict)
 
     check()
+
+
+@pytest.mark.parametrize("reply,want", [
+    # a call whose closing tag is missing, then the next call: two calls (the first swallowed the second, and its
+    # smt_code became '(check-sat)"}}\n<tool_call>{"name": "finish')
+    ('<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "(check-sat)"}}\n'
+     '<tool_call>{"name": "finish", "arguments": {"answer": "A"}}</tool_call>',
+     [("z3_solve", {"smt_code": "(check-sat)"}), ("finish", {"answer": "A"})]),
+    # the repair of a missing brace leaves `, ]` inside a string alone (it read 'A]')
+    ('<tool_call>{"name": "finish", "arguments": {"answer": "A, ]"}', [("finish", {"answer": "A, ]"})]),
+    # a `}` inside the SMT string is not a closing brace: the missing one is added (it was only field-recovered)
+    ('<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "(assert (= s \\"}\\"))"}</tool_call>',
+     [("z3_solve", {"smt_code": '(assert (= s "}"))'})]),
+    # an unterminated string is closed
+    ('<tool_call>{"name": "finish", "arguments": {"answer": "B', [("finish", {"answer": "B"})]),
+    # text after the object inside the tag, two objects in one tag, a list of calls
+    ('<tool_call>{"name": "finish", "arguments": {"answer": "A"}}\nI am done.</tool_call>', [("finish", {"answer": "A"})]),
+    ('<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "x"}}\n{"name": "finish", "arguments": {"answer": "C"}}'
+     '</tool_call>', [("z3_solve", {"smt_code": "x"}), ("finish", {"answer": "C"})]),
+    ('<tool_call>[{"name": "finish", "arguments": {"answer": "D"}}]</tool_call>', [("finish", {"answer": "D"})]),
+    # Python-style literals: the words inside strings stay (it read 'None hypothesis')
+    ("<tool_call>{'name': 'finish', 'arguments': {'answer': 'null hypothesis', 'x': true}}</tool_call>",
+     [("finish", {"answer": "null hypothesis", "x": True})]),
+])
+def test_repairs_stay_outside_strings_and_each_call_is_found(reply, want):
+    calls = parse_tool_calls(reply)
+    assert [(c.name, c.arguments) for c in calls] == want
+    assert all(c.parse_mode != "fields" for c in calls)  # a Toolset refuses field-recovered calls as malformed
