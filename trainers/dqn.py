@@ -403,6 +403,7 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
     from trainers.loop import run_loop
 
     cfg = _section(config)
+    _check_numbers(cfg)
     n = int(cfg.episodes_per_batch)
     num_episodes = int(cfg.num_episodes)
     if n < 1 or num_episodes % n:
@@ -448,6 +449,21 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
                      preempted=result.preempted)
 
 
+def _check_numbers(cfg) -> None:
+    """A ValueError naming the first `dqn.*` number out of its range (in the jitted update a 0 divisor is silent:
+    `lr_decay_every=0` gave lr0 * 0.5 ** (5 // 0) = 4 lr0, `target_sync_every=0` a target synced at every update)."""
+    rules = {**{k: (lambda v: v >= 1 and v == int(v), "an integer >= 1") for k in (
+        "buffer_size", "batch_size", "episodes_per_batch", "num_episodes", "target_sync_every", "lr_decay_every",
+        "max_episode_steps")},
+        **{k: (lambda v: 0 <= v <= 1, "a number in [0, 1]") for k in ("gamma", "epsilon_start", "epsilon_floor")},
+        **{k: (lambda v: 0 < v <= 1, "a number in (0, 1]") for k in ("epsilon_decay", "lr_decay")},
+        "lr": (lambda v: v > 0, "a number > 0")}
+    for key, (ok, want) in rules.items():
+        v = cfg[key] if isinstance(cfg[key], (int, float)) and not isinstance(cfg[key], bool) else float("nan")
+        if not (np.isfinite(v) and ok(v)):
+            raise ValueError(f"dqn.{key}={cfg[key]!r}: expected {want}")
+
+
 @dataclasses.dataclass(frozen=True)
 class DQNRun:
     """The DQN's run for `trainers.loop.run_loop` (`LoopRun`): config with a `train` section, the state, no mesh
@@ -479,4 +495,5 @@ def train(config, *, workdir, progress: bool = True) -> DQNResult:
             print(f"[dqn] batch {b}: episodes {record['episodes']}, mean return {record['mean_return']:.3f}, "
                   f"loss {record['loss']:.4f}, epsilon {record['epsilon']:.3f}", flush=True)
 
+    _check_numbers(_section(config))  # before the model loads and the direct pass runs
     return train_dqn(training_env(config), config, workdir=workdir, on_batch=log, progress=progress)

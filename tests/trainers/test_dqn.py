@@ -172,3 +172,18 @@ def test_a_non_finite_update_is_skipped_not_applied():
     assert int(after.updates) == 16
     for a, b in zip(jax.tree.leaves(before), jax.tree.leaves((after.online, after.opt_state, after.target))):
         np.testing.assert_array_equal(a, np.asarray(b))
+
+
+def test_out_of_range_numbers_are_config_errors():
+    """In the jitted update a 0 divisor is silent (XLA: e // 0 = -2 for e >= 1, u % 0 = 0): lr_decay_every=0 trained
+    at 0.01 * 0.5 ** -2 = 0.04, target_sync_every=0 copied the target after every update (no target network), and a
+    gamma or epsilon out of [0, 1] trained as well. Each now stops before the first episode, naming the key."""
+    import ml_collections
+
+    bad = [("lr_decay_every", 0), ("target_sync_every", 0), ("gamma", 1.5), ("gamma", -0.1), ("epsilon_decay", 0.0),
+           ("epsilon_decay", 1.01), ("epsilon_floor", -0.1), ("epsilon_start", 2.0), ("lr", 0.0), ("lr", float("nan")),
+           ("lr_decay", 1.5), ("buffer_size", 0), ("batch_size", 2.5), ("max_episode_steps", 0), ("gamma", "0.9")]
+    for key, value in bad:
+        section = ml_collections.ConfigDict({**_small_config().dqn.to_dict(), key: value})
+        with pytest.raises(ValueError, match=rf"dqn\.{key}={value!r}: expected "):
+            train_dqn(GridMDP(), section)
