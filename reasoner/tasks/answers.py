@@ -6,8 +6,8 @@
 Kinds (the RL-of-Thoughts code's four formats):
   number  - "The answer is N" (else the last number in the text); compared as floats after removing
             everything but digits, sign and the decimal point (GSM8K's "#### 1,234" -> 1234).
-  choice  - the first letter after the last "The answer is" (else the last letter written as an option,
-            "(B)", "B)", "B:"); compared as upper-case letters.
+  choice  - the first letter after the last "The answer is" (else in the last `\\boxed{}`, else the last letter
+            written as an option, "(B)", "B)", "B:", "**B**"); compared as upper-case letters.
   boolean - "The answer is yes/no" (also true/false); compared as booleans.
   text    - the last `\\boxed{...}` (balanced braces; else "The answer is ..."); compared with
             `normalize_math`, our normaliser in the spirit of Hendrycks' MATH `is_equiv`: it removes
@@ -95,14 +95,15 @@ def extract_answer(kind: str, text: str) -> str | None:
                     return _format_number(value)
         return None
     if kind == "choice":
-        for source in (tail, text):
+        for i, source in enumerate((tail, last_boxed(text), text)):
             if source is None:
                 continue
-            if source is tail:  # the first letter after "answer is", whatever follows it ("C, unknown", "C because")
-                match = re.search(r"\(([A-Ea-e])\)|\b([A-E])\b(?=[\s).,:;]|$)", source)
-            else:  # no "answer is": the last letter written as an option ("(B)", "B)", "B:", "B."), never the
-                # article "A" in a sentence
-                matches = list(re.finditer(r"\(([A-Ea-e])\)|\b([A-E])\b(?:\)|:|\.|$)", source))
+            if i < 2:  # the first letter after "answer is" (or in the last \boxed{}), whatever follows it ("C, unknown",
+                # "C because", "**C**", "\boxed{C}", '"C"')
+                match = re.search(r"\(([A-Ea-e])\)|\b([A-E])\b(?=[\s).,:;\]}\"'$]|\*\*|$)", source)
+            else:  # no "answer is": the last letter written as an option ("(B)", "B)", "B:", "B.", "**B**"), never the
+                # article "A" in a sentence (nor the A of "A* search")
+                matches = list(re.finditer(r"\(([A-Ea-e])\)|\b([A-E])\b(?:\)|:|\.|\*\*|$)", source))
                 match = matches[-1] if matches else None
             if match:
                 return (match.group(1) or match.group(2)).upper()
