@@ -110,3 +110,40 @@ def test_astar_step_prm_accepts_a_proof_step_by_step_and_rejects_a_broken_step()
         assert prm.score([q], [blocks[:1] + ["Since nothing holds, everything follows."]])[0] == 0.0
     with pytest.raises(KeyError, match="no logic program"):
         prm.score(["unknown question"], [["step"]])
+
+
+def test_math_shepherd_input_starts_with_the_tokenizers_bos(tiny_model, tokenizer):
+    """Math-Shepherd scores `tokenizer.encode(f"{question} {output}")`, which puts Mistral's BOS `<s>` first (its
+    README drops that BOS from `encode("+ -")` with `[1:]`); the PRM's input had no BOS, so the published Mistral PRM
+    scored text it was never trained on. Here SmolLM2's tokenizer made to add a BOS (id 0) as Mistral's does."""
+    import copy
+
+    from tokenizers import processors
+
+    bos_tokenizer = copy.deepcopy(tokenizer)
+    bos_tokenizer._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)])
+    q, s = "What is 2 + 3?", ["2 + 3 = 5", "The answer is 5"]
+    prm = MathShepherdPRM(tiny_model, bos_tokenizer, max_len=256)
+    ids = prm.encode(q, s)
+    assert ids == list(bos_tokenizer(shepherd_text(q, s))["input_ids"]) and ids[0] == 0  # Math-Shepherd's encode
+    assert MathShepherdPRM(tiny_model, tokenizer).prefix == []  # SmolLM2 adds none: its input is unchanged
+    tag = max(i for i, t in enumerate(ids) if t == prm.tag_id)
+
+    def plain(row):
+        logits = np.asarray(tiny_model(np.asarray([row], np.int32),
+                                       positions_BxT=np.arange(len(row), dtype=np.int32)[None])[0][0, -1])
+        pair = logits[prm.candidates].astype(np.float64)
+        return 1.0 / (1.0 + np.exp(pair[1] - pair[0])), logits
+
+    want, logits = plain(ids[:tag + 1])
+    without_bos, _ = plain(ids[1:tag + 1])
+    # as in test_math_shepherd_scores_equal_the_plain_forward: two float32 evaluations of the same two logits
+    tol = 0.5 * logits_atol(logits, tiny_model.cfg, seq_len=prm.max_len) + formula_atol(1.0, ops=4, terms=2)
+    got = float(prm.score([q], [s])[0])
+    assert abs(got - want) <= tol < abs(without_bos - want), (got, want, without_bos, tol)  # BOS moves the score
+    # dropping the earliest steps keeps the BOS first
+    short = MathShepherdPRM(tiny_model, bos_tokenizer, max_len=64)
+    long_ids = short.encode("Q?", [f"step number {k} says {k} + {k} = {2 * k}" for k in range(12)])
+    assert len(long_ids) <= 64 and long_ids[0] == 0 and "Step 12:" in bos_tokenizer.decode(long_ids[1:])
+    assert len(short.encode("Q?", ["word " * 200])) == 64 and short.encode("Q?", ["word " * 200])[0] == 0

@@ -5,11 +5,12 @@ each of n thoughts (`steps[i]` is the list of step texts of thought i), computed
 
 Implementations:
   * `MathShepherdPRM(model, tokenizer)`: the Math-Shepherd protocol over any causal LM we load (the published
-    PRM is `peiyi9979/math-shepherd-mistral-7b-prm`). Input: the problem, a space, then the steps joined by
-    newlines as `Step {i}: {text} ки`; at each position holding the step-tag token, the softmax over the logits
-    of the two tokens "+" and "-" only; P("+") at the last tag is the reward. When the input exceeds `max_len`
-    tokens, the earliest steps are dropped (numbering keeps its offset). One jitted forward per call over the
-    padded batch; only the last tag's hidden state is projected onto the vocabulary.
+    PRM is `peiyi9979/math-shepherd-mistral-7b-prm`). Input: the special tokens the tokenizer puts first (Mistral's
+    BOS `<s>`: Math-Shepherd tokenizes with `tokenizer.encode`, which adds them), the problem, a space, then the
+    steps joined by newlines as `Step {i}: {text} ки`; at each position holding the step-tag token, the softmax over
+    the logits of the two tokens "+" and "-" only; P("+") at the last tag is the reward. When the input exceeds
+    `max_len` tokens, the earliest steps are dropped (numbering keeps its offset). One jitted forward per call over
+    the padded batch; only the last tag's hidden state is projected onto the vocabulary.
   * `VerifierPRM(check)`: a host verifier of the latest step (`check(question, steps) -> float`), e.g.
     `arithmetic_check`, which recomputes every `expression = value` written in the step (GSM8K-style steps).
   * `AStarStepPRM(problems)`: the A* step verifier on proof steps of logic programs (DeepRD, ProofWriter,
@@ -85,17 +86,20 @@ class MathShepherdPRM:
             raise ValueError(f"MathShepherdPRM: {good!r} and {bad!r} must be one token each for this tokenizer; "
                              f"'{good} {bad}' encodes to {pair}")
         self.candidates = np.asarray(pair, np.int32)
+        full, plain = list(tokenizer("x")["input_ids"]), encode(tokenizer, "x")
+        start = next((k for k in range(len(full)) if full[k:k + len(plain)] == plain), 0)
+        self.prefix = full[:start]  # the tokenizer's leading special tokens: [<s>] for Mistral, [] for SmolLM2
         self.calls = 0
 
     def encode(self, question: str, steps: Sequence[str]) -> list[int]:
-        """Token ids, dropping the earliest steps until the input fits `max_len`."""
+        """Token ids (`prefix` first), dropping the earliest steps until the input fits `max_len`."""
         from reasoner.tokenization import encode
 
         for first in range(max(len(steps), 1)):
-            ids = encode(self.tokenizer, shepherd_text(question, steps, first=first, tag=self.step_tag))
+            ids = self.prefix + encode(self.tokenizer, shepherd_text(question, steps, first=first, tag=self.step_tag))
             if len(ids) <= self.max_len:
                 return ids
-        return ids[-self.max_len:]
+        return self.prefix + ids[len(self.prefix):][-(self.max_len - len(self.prefix)):]
 
     def step_scores(self, question: str, steps: Sequence[str]) -> np.ndarray:
         """P("+") at every tag of one thought (for inspection; `score` computes only the last)."""
