@@ -11,8 +11,11 @@ Kinds (the RL-of-Thoughts code's four formats):
   boolean - "The answer is yes/no" (also true/false); compared as booleans.
   text    - the last `\\boxed{...}` (balanced braces; else "The answer is ..."); compared with
             `normalize_math`, our normaliser in the spirit of Hendrycks' MATH `is_equiv`: it removes
-            a whole-answer `\\boxed{}`, spaces, `\\left`/`\\right`, `\\!`, dollars (`\\$` too), `^\\circ`,
-            `\\text{units}` after a value (a word answer such as `\\text{east}` is kept), trailing dots; rewrites
+            a whole-answer `\\boxed{}`, spaces, `\\left`/`\\right`, `\\!`, thin spaces `\\,` `\\;` `\\:`, dollars
+            (`\\$` too), `^\\circ` and `°`, `\\text{units}` / `\\mbox{units}` after a value (also squared or cubed:
+            `864 \\mbox{ inches}^2`; a word answer such as `\\text{east}` is kept), trailing dots, the parentheses of a
+            lone capital letter (`\\text{(C)}` is `C`), and reads `10{,}080` as `10,080` (as Minerva's
+            `normalize_final_answer` does); rewrites
             `\\dfrac`/`\\tfrac` -> `\\frac`, `\\frac12` -> `\\frac{1}{2}`, `a/b` of integers -> `\\frac{a}{b}`,
             `0.5` -> `\\frac{1}{2}` when exact, a leading `x=`; and compares numerically when both sides are plain numbers.
 A missing answer extracts as None and is never correct (choice: the authors guess a random letter; we do not,
@@ -194,12 +197,14 @@ def normalize_math(answer: str) -> str:
             and len(boxed) == len(s) - s.index("{") - 2:
         s = boxed.strip()  # the whole answer boxed: its content
     s = s.replace("\n", "").replace("\\!", "").replace("\\\\", "\\")
+    s = s.replace("\\,", "").replace("\\;", "").replace("\\:", "").replace("{,}", ",")  # thin spaces, "10{,}080"
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\left", "").replace("\\right", "")
-    s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\%", "").replace("%", "")
+    s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\u00b0", "").replace("\\%", "").replace("%", "")
     s = s.replace("\\$", "").replace("$", "")  # "\\$32" is 32 dollars: no stray backslash left
-    s = re.sub(r"(?<=\S)\s*\\text\{\s*[a-zA-Z ]*\}$", "", s).strip()  # trailing units after a value only
-    s = re.sub(r"\\(?:text|mbox|mathrm)\{([^}]*)\}", r"\1", s)
+    # trailing units after a value only ("5\\text{ cm}", "864 \\mbox{ inches}^2"); a word answer is kept
+    s = re.sub(r"(?<=\S)\s*\\(?:text|mbox|mathrm)\{\s*[a-zA-Z ]*\}(?:\^\{?[23]\}?)?$", "", s).strip()
+    s = re.sub(r"\\(?:text|textbf|mbox|mathrm)\{([^}]*)\}", r"\1", s)
     s = s.replace(" ", "").rstrip(".")
     if re.fullmatch(r"[a-zA-Z]\w*=.+", s) and s.count("=") == 1:
         s = s.split("=", 1)[1]
@@ -219,6 +224,8 @@ def normalize_math(answer: str) -> str:
             s = str(f.numerator) if f.denominator == 1 else s
     if re.fullmatch(r"-?\d{1,3}(,\d{3})+", s):
         s = s.replace(",", "")
+    if re.fullmatch(r"\([A-Z]\)", s):  # a multiple-choice letter: "\\text{(C)}" is "C"
+        s = s[1]
     return s
 
 

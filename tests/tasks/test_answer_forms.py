@@ -35,3 +35,20 @@ def test_mmlu_stem_letters_of_every_record(shared_data):
 def test_the_a_of_a_star_is_not_an_option():
     assert extract_answer("choice", "A* search expands fewer nodes.") is None
     assert extract_answer("choice", "A* expands fewer nodes: **C**") == "C"
+
+
+def test_math500_units_letters_and_thin_spaces_written_plainly(shared_data):
+    """Real MATH-500 golds whose plain form scored 0: "864 \\mbox{ inches}^2" (the units rule knew only a final
+    \\text{}), "\\text{(C)}" (a model boxes the letter), "10,\\!080" written with a thin space or "{,}", and degrees
+    written with the sign. Minerva's normalize_final_answer accepts each of them."""
+    problems = {p.id: p for p in load_task(shared_data, "math500")}
+    cases = {"test/geometry/473.json": (["864", r"864\text{ in}^2", r"864 \text{ square inches}"], ["865", "864^2"]),
+             "test/precalculus/819.json": (["C", "(C)", r"\textbf{(C)}", r"\text{C}"], ["D", "(D)", "CD"]),
+             "test/precalculus/452.json": (["E", r"\text{(E)}"], ["C"]),
+             "test/intermediate_algebra/754.json": (["B", "(B)"], ["E"]),
+             "test/counting_and_probability/508.json": (["10080", r"10{,}080", r"10\,080", "10,080"], ["10081"]),
+             "test/number_theory/417.json": ([r"11\,111\,111\,100", r"11{,}111{,}111{,}100"], ["11111111000"]),
+             "test/precalculus/927.json": (["90", "90\u00b0", r"90^{\circ}"], ["91\u00b0", "9"])}
+    for pid, (right, wrong) in cases.items():
+        assert [score(problems[pid], rf"\boxed{{{x}}}") for x in right] == [1.0] * len(right), pid
+        assert [score(problems[pid], rf"\boxed{{{x}}}") for x in wrong] == [0.0] * len(wrong), pid
