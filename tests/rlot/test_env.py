@@ -159,3 +159,11 @@ def test_a_first_refine_is_stored_as_the_reason_it_ran():
     assert (firsts[refine_first] == REASON).all()
     assert [a[0] for a in stats.actions] == firsts.tolist()  # the statistics count what ran
     assert np.asarray(state.buf_action_C)[:8].tolist() == firsts.tolist()  # step 0's 8 transitions, row order
+
+
+def test_a_width_or_depth_below_one_is_an_error():
+    # max_width=0 ran: every Decompose listed its subtasks, solved none of them and summarised nothing
+    with pytest.raises(ValueError, match=r"max_width=0: expected >= 1"):
+        ThoughtEnv(RuleLM(), PROBLEMS, max_width=0)
+    with pytest.raises(ValueError, match=r"max_depth=0: expected >= 1"):
+        ThoughtEnv(RuleLM(), PROBLEMS, max_depth=0)

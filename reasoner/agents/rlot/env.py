@@ -79,6 +79,8 @@ class ThoughtEnv:
                  max_new_tokens: int | None = None, eval_max_new_tokens: int | None = None):
         if max_depth < 1:
             raise ValueError(f"max_depth={max_depth}: expected >= 1")
+        if max_width < 1:  # 0 made every Decompose solve no subtask and summarise nothing, silently
+            raise ValueError(f"max_width={max_width}: expected >= 1 (the most subtasks a Decompose solves)")
         self.lm, self.problems = lm, list(problems)
         self.prm = prm if prm is not None else OutcomeOnlyPRM()
         self.max_depth, self.max_width = int(max_depth), int(max_width)
