@@ -5,7 +5,8 @@
 
 Kinds (the RL-of-Thoughts code's four formats):
   number  - "The answer is N" (else the last number in the text); compared as floats after removing
-            everything but digits, sign and the decimal point (GSM8K's "#### 1,234" -> 1234).
+            everything but digits, sign and the decimal point (GSM8K's "#### 1,234" -> 1234): whole numbers
+            exactly, others within a relative 1e-6.
   choice  - the first letter after the last "The answer is" (else in the last `\\boxed{}`, else the last letter
             written as an option, "(B)", "B)", "B:", "**B**"); compared as upper-case letters.
   boolean - "The answer is yes/no" (also true/false); compared as booleans.
@@ -17,7 +18,8 @@ Kinds (the RL-of-Thoughts code's four formats):
             lone capital letter (`\\text{(C)}` is `C`), and reads `10{,}080` as `10,080` (as Minerva's
             `normalize_final_answer` does); rewrites
             `\\dfrac`/`\\tfrac` -> `\\frac`, `\\frac12` -> `\\frac{1}{2}`, `a/b` of integers -> `\\frac{a}{b}`,
-            `0.5` -> `\\frac{1}{2}` when exact, a leading `x=`; and compares numerically when both sides are plain numbers.
+            `0.5` -> `\\frac{1}{2}` when exact, a leading `x=`; and compares numerically when both sides are plain numbers
+            (exactly when both are integers, decimals or fractions of integers).
 A missing answer extracts as None and is never correct (choice: the authors guess a random letter; we do not,
 so a reward is never noise; choose `fallback` in the environment if you want their behaviour).
 """
@@ -145,7 +147,11 @@ def is_correct(kind: str, prediction: str | None, gold: str) -> bool:
         return False
     if kind == "number":
         p, g = to_number(prediction), to_number(gold)
-        return p is not None and g is not None and abs(p - g) <= 1e-6 * max(1.0, abs(g))
+        if p is None or g is None:
+            return False
+        if p == int(p) and g == int(g):  # whole numbers exactly: 1000001 is not 1000000
+            return p == g
+        return abs(p - g) <= 1e-6 * max(1.0, abs(g))
     if kind == "choice":
         return prediction.strip().strip("()").upper() == gold.strip().strip("()").upper()
     if kind == "boolean":
@@ -242,6 +248,17 @@ def _as_number(s: str) -> float | None:
         return None
 
 
+def _as_fraction(s: str) -> Fraction | None:
+    """The exact value of an integer, a decimal or `\\frac{a}{b}` of integers; None for anything else."""
+    m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(\d+)\}", s)
+    try:
+        if m:
+            return (-1 if m.group(1) else 1) * Fraction(int(m.group(2)), int(m.group(3))) if int(m.group(3)) else None
+        return Fraction(s) if re.fullmatch(r"-?\d+(?:\.\d*)?|-?\.\d+", s) else None
+    except ValueError:  # digits past Python's int limit
+        return None
+
+
 def is_equiv(a: str | None, b: str | None) -> bool:
     """MATH-style equivalence of two answer strings after `normalize_math`."""
     if a is None or b is None:
@@ -251,5 +268,8 @@ def is_equiv(a: str | None, b: str | None) -> bool:
         return False
     if na == nb:
         return True
+    fx, fy = _as_fraction(na), _as_fraction(nb)
+    if fx is not None and fy is not None:  # exact: 11111111101 is not 11111111100 (a float tolerance said it was)
+        return fx == fy
     x, y = _as_number(na), _as_number(nb)
     return x is not None and y is not None and abs(x - y) <= 1e-9 * max(1.0, abs(y))

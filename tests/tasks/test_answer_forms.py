@@ -52,3 +52,29 @@ def test_math500_units_letters_and_thin_spaces_written_plainly(shared_data):
     for pid, (right, wrong) in cases.items():
         assert [score(problems[pid], rf"\boxed{{{x}}}") for x in right] == [1.0] * len(right), pid
         assert [score(problems[pid], rf"\boxed{{{x}}}") for x in wrong] == [0.0] * len(wrong), pid
+
+
+def test_whole_numbers_compare_exactly(shared_data):
+    """A relative float tolerance took 11111111101 for MATH-500's 11111111100 (1e-9 x 1.1e10 = 11) and 1000001 for a
+    number gold of 1000000 (1e-6 x 1e6 = 1). Brute force over the real golds: the gold +- 1 scores 0."""
+    from fractions import Fraction
+
+    from reasoner.tasks.answers import normalize_math
+    from reasoner.tasks.reasoning import Problem
+
+    whole = 0
+    for p in load_task(shared_data, "math500"):
+        norm = normalize_math(p.gold)
+        if norm.lstrip("-").isdigit():
+            whole += 1
+            for off in (-1, 1):
+                assert score(p, rf"\boxed{{{int(norm) + off}}}") == 0.0, p.id
+            assert score(p, rf"\boxed{{{p.gold}}}") == 1.0
+    assert whole >= 100
+    assert score(load_task(shared_data, "math500")[0], r"\boxed{\frac{1}{3}}") == 0.0  # a non-number stays apart
+    assert is_correct("text", "0.0000672", ".0000672") and not is_correct("text", "0.0000673", ".0000672")
+    assert is_correct("text", r"\frac{10}{4}", "2.5") and Fraction("2.5") == Fraction(10, 4)
+    big = Problem(id="x", task="gsm8k", question="q", gold="1000000", kind="number")
+    assert [score(big, f"The answer is {x}.") for x in ("1,000,000", "1000001", "999,999", "1e6")] == [1, 0, 0, 1]
+    half = Problem(id="y", task="gsm8k", question="q", gold="2.5", kind="number")
+    assert [score(half, f"The answer is {x}.") for x in ("2.50", "5/2", "2.6")] == [1, 1, 0]
