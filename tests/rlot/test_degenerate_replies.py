@@ -1,4 +1,5 @@
-"""Degenerate model replies (one character repeated for the whole token budget) parse in linear time.
+"""Degenerate model replies (one character repeated for the whole token budget) parse in linear time; a reply
+holding a lone surrogate does not stop an episode batch.
 
 SmolLM2's tokenizer spells 1,000 "#", spaces or backticks in 17 tokens, so a reply that repeats one of them up to
 the authors' 4,096 new tokens is ~240,000 characters. The block parsers (Decompose's subtasks, Debate's plans and
@@ -75,3 +76,24 @@ def test_an_episode_batch_of_degenerate_decompose_and_debate_replies_steps():
     assert not done.any() and (obs == 2).all()
     np.testing.assert_array_equal(reward, [0.5, 0.5])  # a step without equations: unsure
     assert [e.steps for e in env.episodes] == [["#" * N], ["#" * N]]
+
+
+class SurrogateLM(HashLM):
+    """Block replies hold a lone surrogate, as an endpoint's JSON "\\ud800" decodes to."""
+
+    def generate(self, prompts, *, max_new_tokens=None):
+        out = super().generate(prompts, max_new_tokens=max_new_tokens)
+        return [g if g.text.startswith(("A1", "No")) else Generation("2 + 2 = 4 \ud800 done", 1, 1) for g in out]
+
+
+def test_a_lone_surrogate_in_a_reply_does_not_stop_the_batch(tiny_model, tokenizer):
+    from reasoner.agents.rlot.env import REASON
+    from reasoner.agents.rlot.prm import MathShepherdPRM
+
+    problem = Problem(id="p", task="toy", question="What is 2 + 2?", gold="4", kind="number")
+    prm = MathShepherdPRM(tiny_model, tokenizer, max_len=256)
+    env = ThoughtEnv(SurrogateLM(), [problem], prm=prm, max_depth=3)
+    env.reset_problems([problem])
+    _, reward, done = env.step(np.array([REASON]))  # the PRM's tokenizer raised a TypeError on the surrogate
+    assert env.episodes[0].steps == ["2 + 2 = 4 ? done"] and not done[0]
+    assert reward[0] == prm.score([problem.question], [["2 + 2 = 4 ? done"]])[0]

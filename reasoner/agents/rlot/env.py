@@ -168,7 +168,9 @@ class ThoughtEnv:
             e.llm_calls += 1
             e.prompt_tokens += g.prompt_tokens
             e.completion_tokens += g.completion_tokens
-        return [g.text for g in outs]
+        # a lone surrogate (an endpoint's JSON may hold "\ud800") becomes "?": tokenizers refuse such text, so the next
+        # prompt or the Math-Shepherd PRM raised a TypeError out of `step`
+        return [g.text.encode("utf-8", "replace").decode("utf-8") for g in outs]
 
     def _evaluate(self, rows: list[int]) -> None:
         replies = self._ask("evaluate", rows, [self._prefix(i) + P.EVALUATE for i in rows],
