@@ -32,7 +32,8 @@ from fractions import Fraction
 
 KINDS = ("number", "choice", "boolean", "text")
 _ANSWER_IS = re.compile(r"answer is[:\s]*", re.IGNORECASE)
-_NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?(?:[eE][+-]?\d+)?(?:/\d+)?|-?\.\d+")
+_FRAC = r"-?\\[dt]?frac\{-?\d+\}\{\d+\}"  # "\\frac{3}{4}": one number, not 3 and 4
+_NUMBER = re.compile(_FRAC + r"|-?\$?\d[\d,]*(?:\.\d+)?(?:[eE][+-]?\d+)?(?:/\d+)?|-?\.\d+")
 
 
 def _after_answer_is(text: str) -> str | None:
@@ -41,8 +42,9 @@ def _after_answer_is(text: str) -> str | None:
 
 
 def to_number(text: str) -> float | None:
-    """'$1,234.50' -> 1234.5, '3/4' -> 0.75, '1e5' -> 100000, '−7' (a Unicode minus) -> -7; None when no digit
-    is left, for a zero denominator, and for a value past a float (1e999, a 400-digit integer): never raises."""
+    """'$1,234.50' -> 1234.5, '3/4' and '\\frac{3}{4}' -> 0.75, '1e5' -> 100000, '−7' (a Unicode minus) -> -7; None
+    when no digit is left, for a zero denominator, and for a value past a float (1e999, a 400-digit integer): never
+    raises."""
     try:
         value = _to_number(text)
     except (OverflowError, ValueError):  # int / int past a float, or past Python's 4,300-digit int limit
@@ -53,6 +55,9 @@ def to_number(text: str) -> float | None:
 def _to_number(text: str) -> float | None:
     text = text.replace("\u2212", "-")
     plain = re.sub(r"[\s$,]", "", text).rstrip(".")
+    latex = re.fullmatch(r"(-?)\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", plain)
+    if latex:
+        plain = f"{'-' if latex.group(1) else ''}{latex.group(2)}/{latex.group(3)}".replace("--", "")
     fraction = re.fullmatch(r"(-?\d+)/(\d+)", plain)
     if fraction:
         denominator = int(fraction.group(2))

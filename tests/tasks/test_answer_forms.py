@@ -78,3 +78,18 @@ def test_whole_numbers_compare_exactly(shared_data):
     assert [score(big, f"The answer is {x}.") for x in ("1,000,000", "1000001", "999,999", "1e6")] == [1, 0, 0, 1]
     half = Problem(id="y", task="gsm8k", question="q", gold="2.5", kind="number")
     assert [score(half, f"The answer is {x}.") for x in ("2.50", "5/2", "2.6")] == [1, 1, 0]
+
+
+def test_a_latex_fraction_is_one_number(shared_data):
+    # "The answer is \frac{3}{4}" read 3 (the first number after the phrase), "\boxed{\dfrac{15}{2}}" read 2
+    from reasoner.tasks.answers import to_number
+    from reasoner.tasks.reasoning import Problem
+
+    p = Problem(id="x", task="gsm8k", question="q", gold="0.75", kind="number")
+    for reply in (r"The answer is \frac{3}{4}.", r"The answer is $\dfrac{3}{4}$", r"So \boxed{\tfrac{3}{4}}", "3/4"):
+        assert score(p, reply) == 1.0, reply
+    assert score(p, r"The answer is \frac{3}{5}.") == 0.0 and score(p, r"\boxed{\frac{1}{0}}") == 0.0
+    assert to_number(r"-\frac{1}{2}") == -0.5 and to_number(r"\frac{-1}{2}") == -0.5
+    for q in load_task(shared_data, "gsm8k"):  # every real gold as an integer fraction over 1 and 2
+        assert score(q, rf"The answer is $\frac{{{q.gold}}}{{1}}$.") == 1.0, q.id
+        assert score(q, rf"The answer is $\frac{{{q.gold}}}{{2}}$.") == (1.0 if q.gold == "0" else 0.0), q.id
