@@ -255,11 +255,14 @@ class EnvironmentTool:
     def turn(self, completions, *, want_next: bool) -> dict[int, str]:
         """completions: row -> the sampler's completion of this turn. Steps the rows' environments; returns row ->
         text to append for the rows that go on (none when not `want_next`)."""
+        from reasoner.agents.multiturn import reply_text
+
         rows = [b for b in sorted(completions) if not self.done[b]]
-        steps = step_all([self.environments[b] for b in rows], [completions[b].text for b in rows])
+        texts = {b: reply_text(self.tokenizer, completions[b]) for b in rows}  # all the row's cache holds
+        steps = step_all([self.environments[b] for b in rows], [texts[b] for b in rows])
         out = {}
         for b, step in zip(rows, steps):
-            self.conversations[b] += [{"role": "assistant", "content": completions[b].text}, *step.messages]
+            self.conversations[b] += [{"role": "assistant", "content": texts[b]}, *step.messages]
             self.cache.add_reply(b, completions[b])
             self.done[b] = step.done
             if step.done or not want_next:

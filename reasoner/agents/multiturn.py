@@ -40,9 +40,21 @@ def render_with_tools(tokenizer, messages: list[dict], tools) -> str:
 
 
 def text_in_cache(tokenizer, completion) -> str:
-    """A sampled turn's text as its row's cache holds it: an end-of-turn token that stopped it is in the cache."""
-    end = tokenizer.decode([int(completion.tokens[-1])]) if completion.finish_reason == "eos" else ""
-    return completion.text + end
+    """A sampled turn's text as its row's cache holds it: every token drawn, special ones (the end-of-turn token
+    that stopped it) included, and the whole of the token that completed a stop string."""
+    return tokenizer.decode([int(t) for t in completion.tokens], skip_special_tokens=False,
+                            clean_up_tokenization_spaces=False)
+
+
+def reply_text(tokenizer, completion) -> str:
+    """A sampled turn's text for the conversation: `completion.text` is cut right after a stop string, but the token
+    that completed it may go on (SmolLM2 writes '</tool_call>.' with the token '>.') and the cache holds all of it;
+    the conversation takes every drawn token's text (special tokens skipped), so that re-rendering it extends the
+    row's cache and continuing the row gives the tokens a fresh prefill of the conversation would."""
+    if completion.finish_reason != "stop":
+        return completion.text
+    return tokenizer.decode([int(t) for t in completion.tokens], skip_special_tokens=True,
+                            clean_up_tokenization_spaces=False)
 
 
 class ChatCache:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 from typing import Sequence
 
-from reasoner.agents.multiturn import ChatCache
+from reasoner.agents.multiturn import ChatCache, reply_text
 from reasoner.agents.policies import TOOLS, Reply
 
 TOOL_CALL_END = "</tool_call>"
@@ -80,7 +80,7 @@ class SamplerPolicy:
         for text, row in zip(texts, rows):
             c = by_row[row]
             self._cache.add_reply(row, c)
-            replies.append(Reply(c.text, prompt_tokens=len(session.history[row]) - c.num_tokens,
+            replies.append(Reply(reply_text(self.tokenizer, c), prompt_tokens=len(session.history[row]) - c.num_tokens,
                                  completion_tokens=c.num_tokens))
         return replies
 
