@@ -10,8 +10,8 @@ Kinds (the RL-of-Thoughts code's four formats):
   choice  - the first letter after the last "The answer is" (else in the last `\\boxed{}`, else the last letter
             written as an option, "(B)", "B)", "B:", "**B**"); compared as upper-case letters.
   boolean - "The answer is yes/no" (also true/false); compared as booleans.
-  text    - the last `\\boxed{...}` (balanced braces; else "The answer is ..."); compared with
-            `normalize_math`, our normaliser in the spirit of Hendrycks' MATH `is_equiv`: it removes
+  text    - the last `\\boxed{...}` (balanced braces; else the `$...$` or the sentence after "The answer is");
+            compared with `normalize_math`, our normaliser in the spirit of Hendrycks' MATH `is_equiv`: it removes
             a whole-answer `\\boxed{}`, spaces, `\\left`/`\\right`, `\\!`, thin spaces `\\,` `\\;` `\\:`, dollars
             (`\\$` too), `^\\circ` and `°`, `\\text{units}` / `\\mbox{units}` after a value (also squared or cubed:
             `864 \\mbox{ inches}^2`; a word answer such as `\\text{east}` is kept), trailing dots, the parentheses of a
@@ -129,8 +129,11 @@ def extract_answer(kind: str, text: str) -> str | None:
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed.strip()
-    if tail is not None:
-        return tail.strip().rstrip(".").strip() or None
+    if tail is not None:  # Minerva's "The final answer is $X$. I hope it is correct.": the math span, else the line
+        # up to its first sentence end ("3.5" keeps its point)
+        span = re.match(r"\s*\$+((?:\\\$|[^$])*)\$", tail)
+        answer = span.group(1) if span else re.split(r"\n|\.\s", tail.strip(), maxsplit=1)[0]
+        return answer.strip().rstrip(".").strip() or None
     return None
 
 

@@ -93,3 +93,17 @@ def test_a_latex_fraction_is_one_number(shared_data):
     for q in load_task(shared_data, "gsm8k"):  # every real gold as an integer fraction over 1 and 2
         assert score(q, rf"The answer is $\frac{{{q.gold}}}{{1}}$.") == 1.0, q.id
         assert score(q, rf"The answer is $\frac{{{q.gold}}}{{2}}$.") == (1.0 if q.gold == "0" else 0.0), q.id
+
+
+def test_minerva_final_answer_sentence_on_every_math500_gold(shared_data):
+    # lm-eval's minerva_math format scored 0 of 300: the text after "answer is" ran to the end of the reply
+    # ("$X$. I hope it is correct."), so only a reply ending with the answer was read
+    problems = load_task(shared_data, "math500")
+    others = {p.id: next(q.gold for q in problems if not is_correct("text", q.gold, p.gold)) for p in problems}
+    for form in ("Final Answer: The final answer is ${}$. I hope it is correct.", "The answer is ${}$.\n\nDone.",
+                 "The answer is {}\nChecked.", "The answer is $$ {} $$ (checked)"):
+        for p in problems:
+            assert score(p, form.format(p.gold)) == 1.0, (p.id, form)
+            assert score(p, form.format(others[p.id])) == 0.0, (p.id, form)
+    assert extract_answer("text", "The answer is 3.5. Good.") == "3.5"
+    assert extract_answer("text", "The answer is $\\$32$.") == "\\$32"
