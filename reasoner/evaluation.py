@@ -328,8 +328,8 @@ def reference_efficiency(problems: Sequence[AStarProblem], heuristics: Sequence[
 def write_report(results: Sequence[EvalResult], out_dir, *, name: str = "eval", title: str | None = None,
                  reference: dict | None = None, extra: dict | None = None) -> dict[str, str]:
     """Writes `<name>.json` (reports, Pareto fronts, extra), `<name>.png` (accuracy vs efficiency) and
-    `<name>_completions.jsonl` (every completion with its scores); returns the paths. In a job of several
-    processes only process 0 writes (the others return the same paths)."""
+    `<name>_completions.jsonl` (every completion with its scores; a lone surrogate in a text is written as U+FFFD);
+    returns the paths. In a job of several processes only process 0 writes (the others return the same paths)."""
     from reasoner.data.jsonl import write_jsonl
     from reasoner.distributed import is_primary
     from reasoner.metrics.pareto import plot_accuracy_efficiency
@@ -347,10 +347,16 @@ def write_report(results: Sequence[EvalResult], out_dir, *, name: str = "eval", 
     doc = {"models": [r.report for r in results], "pareto_front": fronts, "reference_efficiency": reference,
            **(extra or {})}
     js.write_text(json.dumps(doc, indent=2, default=_jsonable))
-    write_jsonl(comp, ({"model": r.label, "problem": i, "text": text, **s.as_dict()}
+    write_jsonl(comp, ({"model": r.label, "problem": i, "text": _utf8(text), **s.as_dict()}
                        for r in results for i, (texts, scores) in enumerate(zip(r.completions, r.scores))
                        for text, s in zip(texts, scores)), default=_jsonable)
     return paths
+
+
+def _utf8(text: str) -> str:
+    """`text` writable as UTF-8: a lone surrogate (an endpoint's JSON may hold "\\ud83d" alone, cut mid-emoji)
+    becomes U+FFFD, a pair joins into its character; it made the completions file raise after the whole run."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _jsonable(value):

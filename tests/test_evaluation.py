@@ -101,6 +101,19 @@ def test_report_json_png_and_pareto_front(problems, tmp_path):
     assert len(lines) == 3 * len(problems) and json.loads(lines[0])["correct"] is True
 
 
+def test_malformed_completions_score_wrong_and_the_report_is_written(problems, tmp_path):
+    # an endpoint's JSON may carry a lone surrogate ("\ud83d" cut mid-emoji): the completions file raised
+    # UnicodeEncodeError after the whole run; braces, NUL bytes and unclosed boxes score wrong, never raise
+    texts = [["ok \ud83d"], ["{" * 100_000], ["\x00" * 100_000], ["\\boxed{" * 10_000], ["a\ud83d\ude00b"],
+             [sft_completion(problems[5])]]
+    result = evaluate_completions(problems, texts, label="odd", n_resamples=200, scoring="host")
+    assert [s.correct for row in result.scores for s in row] == [False] * 5 + [True]
+    paths = write_report([result], tmp_path, name="odd")
+    rows = [json.loads(line) for line in open(paths["completions"], encoding="utf-8")]
+    assert [r["text"] for r in rows[:2]] == ["ok \ufffd", "{" * 100_000] and rows[4]["text"] == "a\U0001F600b"
+    assert json.loads(open(paths["json"]).read())["models"][0]["accuracy"]["estimate"] == pytest.approx(1 / 6)
+
+
 def test_bad_settings_and_inputs(problems):
     with pytest.raises(ValueError, match="num_samples=4 with temperature 0"):
         EvalSettings(num_samples=4)
