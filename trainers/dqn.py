@@ -20,9 +20,9 @@ The algorithm (Mnih et al. 2015 + van Hasselt's Double DQN + Wang's dueling head
   * the target net is a hard copy of the online net every `target_sync_every` updates;
   * lr = lr0 * lr_decay ** (episodes // lr_decay_every) (torch's StepLR advanced once per episode).
 Batched episodes (choice, the paper runs one at a time): `episodes_per_batch` episodes run together; after each
-batched step the k new transitions are stored in row order and k updates follow (so per transition the
-schedule is the paper's; with one row it is the paper's loop exactly). The rng is split once per batch of
-episodes and once per step, and checkpoints are taken between batches, so resume is exact: a run stopped and
+batched step the k new transitions are stored in row order, then one update per transition after whose append the
+buffer is full (per transition the paper's schedule; one row: the paper's loop). The rng is split once per batch
+of episodes and once per step, and checkpoints are taken between batches, so resume is exact: a run stopped and
 resumed ends with bit-identical parameters to an uninterrupted one.
 
 Checkpoints: the whole `DQNState` is the loop's checkpointed state, the episode source's `get_state()` its data
@@ -219,7 +219,7 @@ def observe_and_learn(graphdef, state: DQNState, obs_NxS, action_N, reward_N, do
     the updates tried and how many of them were `skipped` (non-finite, not applied)."""
     C = state.buf_action_C.shape[0]
     active = active_N.astype(jnp.int32)
-    k = jnp.sum(active)
+    k, filled = jnp.sum(active), state.buf_size
     slot = jnp.where(active_N, (state.buf_ptr + jnp.cumsum(active) - 1) % C, C)  # C = dropped
     put = lambda buf, x: buf.at[slot].set(x.astype(buf.dtype), mode="drop")  # noqa: E731
     state = state.replace(
@@ -229,7 +229,7 @@ def observe_and_learn(graphdef, state: DQNState, obs_NxS, action_N, reward_N, do
         buf_size=jnp.minimum(state.buf_size + k, C), env_steps=state.env_steps + k,
         epsilon=jnp.maximum(state.epsilon * hp.epsilon_decay ** k.astype(jnp.float32), hp.epsilon_floor),
     )
-    n_updates = jnp.where(state.buf_size >= C, k, 0)
+    n_updates = jnp.clip(filled + k - C + 1, 0, k)  # one per append after which the buffer is full, as the paper
 
     def body(_, carry):
         s, total, skipped = carry

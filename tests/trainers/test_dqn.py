@@ -163,13 +163,13 @@ def test_a_non_finite_update_is_skipped_not_applied():
     obs = jnp.asarray(rng.uniform(0, 3, size=(16, 7)), jnp.float32)
     args = (obs, jnp.zeros(16, jnp.int32), jnp.ones(16, jnp.float32), jnp.zeros(16, jnp.float32), obs,
             jnp.ones(16, bool))
-    state, metrics = dqn.observe_and_learn(graphdef, state, *args, hp=hp)  # fills the buffer: 16 finite updates
-    assert int(metrics["updates"]) == 16 and int(metrics["skipped"]) == 0 and int(state.updates) == 16
+    state, metrics = dqn.observe_and_learn(graphdef, state, *args, hp=hp)  # fills the buffer: 1 finite update
+    assert int(metrics["updates"]) == 1 and int(metrics["skipped"]) == 0 and int(state.updates) == 1
     poisoned = state.replace(buf_reward_C=jnp.full_like(state.buf_reward_C, jnp.nan))
     before = jax.tree.map(np.asarray, (poisoned.online, poisoned.opt_state, poisoned.target))
     after, metrics = dqn.observe_and_learn(graphdef, poisoned, *[a[:4] for a in args], hp=hp)
     assert int(metrics["updates"]) == 4 and int(metrics["skipped"]) == 4 and not np.isfinite(float(metrics["loss"]))
-    assert int(after.updates) == 16
+    assert int(after.updates) == 1
     for a, b in zip(jax.tree.leaves(before), jax.tree.leaves((after.online, after.opt_state, after.target))):
         np.testing.assert_array_equal(a, np.asarray(b))
 
@@ -187,3 +187,29 @@ def test_out_of_range_numbers_are_config_errors():
         section = ml_collections.ConfigDict({**_small_config().dqn.to_dict(), key: value})
         with pytest.raises(ValueError, match=rf"dqn\.{key}={value!r}: expected "):
             train_dqn(GridMDP(), section)
+
+
+def test_updates_start_at_the_append_that_fills_the_buffer():
+    """The authors' loop appends one transition and then learns when `len(memory) >= buffer_size`. A batched step
+    that filled the buffer made an update for each of its k transitions, also those appended before it was full
+    (here 3 updates instead of 1 in the step that fills it)."""
+    import jax.numpy as jnp
+
+    from trainers import dqn
+
+    cfg = _small_config().dqn
+    cfg.update(dict(buffer_size=16, batch_size=4))
+    graphdef, state = dqn.init_state(cfg, obs_dim=7, num_actions=5)
+    hp = dqn.Hyper.from_config(cfg)
+    obs = jnp.asarray(np.random.default_rng(0).uniform(0, 3, size=(8, 7)), jnp.float32)
+    size, total = 0, 0
+    for active in ([1, 1, 1, 1, 1, 0, 0, 0], [1] * 8, [0, 1, 0, 1, 0, 1, 0, 0], [1] * 8, [1, 0, 1, 0, 1, 1, 1, 0]):
+        want = 0
+        for _ in range(sum(active)):  # the authors' loop, one append at a time
+            size = min(size + 1, 16)
+            want += size >= 16
+        state, metrics = dqn.observe_and_learn(graphdef, state, obs, jnp.zeros(8, jnp.int32), jnp.ones(8, jnp.float32),
+                                               jnp.zeros(8, jnp.float32), obs, jnp.asarray(active, bool), hp=hp)
+        total += want
+        assert int(metrics["updates"]) == want and int(state.updates) == total and int(state.buf_size) == size
+    assert total == 1 + 8 + 5
