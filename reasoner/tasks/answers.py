@@ -7,8 +7,9 @@ Kinds (the RL-of-Thoughts code's four formats):
   number  - "The answer is N" (else the last number in the text); compared as floats after removing
             everything but digits, sign and the decimal point (GSM8K's "#### 1,234" -> 1234): whole numbers
             exactly, others within a relative 1e-6.
-  choice  - the first letter after the last "The answer is" (else in the last `\\boxed{}`, else the last letter
-            written as an option, "(B)", "B)", "B:", "**B**"); compared as upper-case letters.
+  choice  - the first letter after the last "The answer is" (else the letter right after the last "Answer:", else
+            the first in the last `\\boxed{}`, else the last letter written as an option, "(B)", "B)", "B:", "**B**");
+            compared as upper-case letters.
   boolean - "The answer is yes/no" (also true/false); compared as booleans.
   text    - the last `\\boxed{...}` (balanced braces; else the `$...$` or the sentence after "The answer is");
             compared with `normalize_math`, our normaliser in the spirit of Hendrycks' MATH `is_equiv`: it removes
@@ -105,12 +106,17 @@ def extract_answer(kind: str, text: str) -> str | None:
                     return _format_number(value)
         return None
     if kind == "choice":
-        for i, source in enumerate((tail, last_boxed(text), text)):
+        letter = r"\(([A-Ea-e])\)|\b([A-E])\b(?=[\s).,:;\]}\"'$]|\*\*|$)"
+        labels = list(re.finditer(r"(?i:answer)\s*:", text))  # "Answer: B" (MMLU-Pro's second rule)
+        labelled = text[labels[-1].end():] if labels else None
+        for i, source in enumerate((tail, labelled, last_boxed(text), text)):
             if source is None:
                 continue
-            if i < 2:  # the first letter after "answer is" (or in the last \boxed{}), whatever follows it ("C, unknown",
+            if i == 1:  # the letter right after the last "Answer:" ("**Answer: B**\n(A) is wrong because ...")
+                match = re.match(rf"[\s*]*(?:{letter})", source)
+            elif i < 3:  # the first letter after "answer is" (or in the last \boxed{}), whatever follows it ("C, unknown",
                 # "C because", "**C**", "\boxed{C}", '"C"')
-                match = re.search(r"\(([A-Ea-e])\)|\b([A-E])\b(?=[\s).,:;\]}\"'$]|\*\*|$)", source)
+                match = re.search(letter, source)
             else:  # no "answer is": the last letter written as an option ("(B)", "B)", "B:", "B.", "**B**"), never the
                 # article "A" in a sentence (nor the A of "A* search")
                 matches = list(re.finditer(r"\(([A-Ea-e])\)|\b([A-E])\b(?:\)|:|\.|\*\*|$)", source))

@@ -107,3 +107,16 @@ def test_minerva_final_answer_sentence_on_every_math500_gold(shared_data):
             assert score(p, form.format(others[p.id])) == 0.0, (p.id, form)
     assert extract_answer("text", "The answer is 3.5. Good.") == "3.5"
     assert extract_answer("text", "The answer is $\\$32$.") == "\\$32"
+
+
+@pytest.mark.parametrize("task", ["proofwriter", "folio", "prontoqa"])
+def test_the_letter_after_answer_colon_beats_letters_discussed_after_it(shared_data, task):
+    # "**Answer: B**" then an explanation naming "(A)": the last option-shaped letter, A, was taken
+    for p in load_task(shared_data, task):
+        wrong = "B" if p.gold == "A" else "A"
+        for form in ("**Answer: {}**\n\nExplanation: ({}) is ruled out.", "Answer: ({})\n({}) fails the premises.",
+                     "Final answer:\n\n**{}**\n\nNot ({})."):
+            assert score(p, form.format(p.gold, wrong)) == 1.0, (p.id, form)
+            assert score(p, form.format(wrong, p.gold)) == 0.0, (p.id, form)
+    # "Answer:" that opens an argument names no letter right after it: the last option-shaped letter still counts
+    assert extract_answer("choice", "Answer: Let me think. (A) is wrong, so (C).") == "C"
