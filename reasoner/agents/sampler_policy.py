@@ -65,24 +65,32 @@ class SamplerPolicy:
         self.continuations = 0  # calls served by extending the existing cache
 
     def respond(self, conversations: Sequence[list[dict]]) -> list[Reply]:
+        """One reply per conversation; a conversation that no longer fits `max_len` cache positions (a long tool
+        output, a verbose model) gets `Reply("", failure=...)` (its episode ends as "infrastructure", as a served
+        model's context-length error does) and the others are answered as if it were not there."""
         if not conversations:
             return []
         texts = [self._cache.render(list(c)) for c in conversations]
         rows = self._match_rows(texts)
-        if rows is None:
-            rows = self._start(texts)
-        else:
-            self._extend(texts, rows)
+        rows = self._start(texts) if rows is None else self._extend(texts, rows)  # a row, or why it does not fit
         self.calls += 1
         session = self._session
-        by_row = {c.prompt_index * session.n + c.sample_index: c for c in session.run()}
+        live = session is not None and any(isinstance(row, int) for row in rows)
+        by_row = {c.prompt_index * session.n + c.sample_index: c for c in session.run()} if live else {}
         replies = []
-        for text, row in zip(texts, rows):
+        for row in rows:
+            if isinstance(row, str):
+                replies.append(Reply("", failure=row))
+                continue
             c = by_row[row]
             self._cache.add_reply(row, c)
             replies.append(Reply(reply_text(self.tokenizer, c), prompt_tokens=len(session.history[row]) - c.num_tokens,
                                  completion_tokens=c.num_tokens))
         return replies
+
+    def _too_long(self, tokens: int) -> str:
+        return (f"the conversation's {tokens} tokens do not fit the {self.max_len} cache positions (SamplerPolicy "
+                "max_len; one must stay free to draw the reply)")
 
     def _match_rows(self, texts: list[str]) -> list[int] | None:
         """Session row of each conversation, or None when some conversation extends no row."""
@@ -100,35 +108,53 @@ class SamplerPolicy:
             rows.append(free[found].pop(0))
         return rows
 
-    def _start(self, texts: list[str]) -> list[int]:
-        """Prefills a new session; returns the row of each conversation."""
-        counts = collections.Counter(texts)
-        k = counts[texts[0]]
+    def _start(self, texts: list[str]) -> list[int | str]:
+        """Prefills a new session with the conversations that fit; returns the row of each (why, for the others)."""
+        from reasoner.tokenization import encode
+
+        ids = {t: encode(self.tokenizer, t) for t in dict.fromkeys(texts)}
+        fitting = [t for t in texts if len(ids[t]) < self.max_len]
+        counts = collections.Counter(fitting)
+        k = counts[fitting[0]] if fitting else 0
         if k > 1 and all(v == k for v in counts.values()):  # K samples per prompt share one prefill
             prompts, n = list(counts), k
         else:
-            prompts, n = texts, 1
+            prompts, n = fitting, 1
         if self._session is not None and hasattr(self._session, "close"):
             self._session.close()  # the engine's session holds its slots until closed
-            self._session = None
-        self._session = self.sampler.start(prompts, self.params.replace(n=n), max_len=self.max_len,
-                                           reserve=self.reserve)
-        self.prefills += 1
+        self._session = None
         self._cache.reset([p for p in prompts for _ in range(n)])
-        if n == 1:
-            return list(range(len(texts)))
+        if prompts:
+            self._session = self.sampler.start(prompts, self.params.replace(n=n),
+                                               max_len=self.max_len, reserve=self.reserve)
+            self.prefills += 1
         index = {p: i for i, p in enumerate(prompts)}
         taken = collections.Counter()
         rows = []
-        for t in texts:  # the j-th copy of a prompt takes that prompt's j-th sample
-            rows.append(index[t] * n + taken[t])
+        for t in texts:  # n > 1: the j-th copy of a prompt takes that prompt's j-th sample; n == 1: rows in order
+            if len(ids[t]) >= self.max_len:
+                rows.append(self._too_long(len(ids[t])))
+                continue
+            rows.append(index[t] * n + taken[t] if n > 1 else sum(taken.values()))
             taken[t] += 1
         return rows
 
-    def _extend(self, texts: list[str], rows: list[int]) -> None:
-        """Appends each conversation's new suffix to its row's cache."""
+    def _extend(self, texts: list[str], rows: list[int]) -> list[int | str]:
+        """Appends each conversation's new suffix to its row's cache; returns the rows (why, for a conversation
+        whose suffix does not fit: the session's rule, one position left free)."""
         from reasoner.tokenization import encode
 
-        appends = {row: encode(self.tokenizer, self._cache.suffix(row, text)) for text, row in zip(texts, rows)}
-        self._session.extend(appends, max_new_tokens=self.params.max_new_tokens)
-        self.continuations += 1
+        appends, out = {}, []
+        for text, row in zip(texts, rows):
+            ids = encode(self.tokenizer, text[len(self._cache.rows[row]):])
+            total = len(self._session.history[row]) + len(ids)
+            if total >= self.max_len:
+                out.append(self._too_long(total))
+                continue
+            self._cache.suffix(row, text)  # records the row's new text
+            appends[row] = ids
+            out.append(row)
+        if appends:
+            self._session.extend(appends, max_new_tokens=self.params.max_new_tokens)
+            self.continuations += 1
+        return out

@@ -78,3 +78,40 @@ def test_grpo_rows_continue_as_a_fresh_prefill_after_a_stop_inside_a_token(token
         assert [m["role"] for m in conversation] == ["user", "assistant", "tool"] and conversation[2]["content"] == "5"
         fresh = encode(tokenizer, render_chat(tokenizer, conversation))
         assert prompt_ids + drawn + encode(tokenizer, suffix) == fresh
+
+
+def test_a_conversation_past_the_cache_fails_alone(tiny, tokenizer):
+    """A conversation that no longer fits `max_len` (a long tool output, a verbose model) gets a failure reply; the
+    other conversations of the call are answered as if it were not there (it raised ValueError for the batch)."""
+    def policy():
+        return SamplerPolicy(tiny, tokenizer, temperature=1.0, seed=5, max_new_tokens=4, max_len=64, reserve=64,
+                             tools=[])
+
+    prompt = [{"role": "user", "content": "Is Anne kind?"}]
+    first_len = len(encode(tokenizer, render_chat(tokenizer, prompt)))
+    assert first_len + 4 < 64
+    p = policy()
+    a, b = list(prompt), list(prompt)
+    replies = p.respond([a, b])
+    long_output = " ".join(["sat"] * 60)
+    a += [{"role": "assistant", "content": replies[0].text}, {"role": "tool", "content": "sat"}]
+    b += [{"role": "assistant", "content": replies[1].text}, {"role": "tool", "content": long_output}]
+    assert len(encode(tokenizer, render_chat(tokenizer, b))) >= 64 > len(encode(tokenizer, render_chat(tokenizer, a)))
+    got_a, got_b = p.respond([a, b])
+    assert got_b.text == "" and "64" in got_b.failure and got_a.failure is None
+    alone = policy()
+    alone.respond([list(prompt), list(prompt)])
+    (want_a,) = alone.respond([a])  # the same draws: the same session rows, continued without b
+    assert (got_a.text, got_a.prompt_tokens, got_a.completion_tokens) == (
+        want_a.text, want_a.prompt_tokens, want_a.completion_tokens)
+    assert got_a.prompt_tokens == len(encode(tokenizer, render_chat(tokenizer, a)))
+
+    # a new batch (a fresh prefill) with a conversation too long to start: it fails, the other starts
+    other = [{"role": "user", "content": "Solve x + 1 = 2."}]
+    too_long = [{"role": "user", "content": long_output}]
+    got = policy().respond([list(prompt), too_long, list(other)])
+    want = policy().respond([list(prompt), list(other)])
+    assert got[1].text == "" and got[1].failure is not None
+    assert [(r.text, r.prompt_tokens, r.failure) for r in (got[0], got[2])] == [
+        (r.text, r.prompt_tokens, None) for r in want]
+
