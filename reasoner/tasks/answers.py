@@ -10,7 +10,8 @@ Kinds (the RL-of-Thoughts code's four formats):
   choice  - the first letter after the last "The answer is" (else the letter right after the last "Answer:", else
             the first in the last `\\boxed{}`, else the last letter written as an option, "(B)", "B)", "B:", "**B**");
             compared as upper-case letters.
-  boolean - "The answer is yes/no" (also true/false); compared as booleans.
+  boolean - "The answer is yes/no" (also true/false; else the word right after the last "Answer:", else the first
+            in the last `\\boxed{}`, else the last in the text); compared as booleans.
   text    - the last `\\boxed{...}` (balanced braces; else the `$...$` or the sentence after "The answer is");
             compared with `normalize_math`, our normaliser in the spirit of Hendrycks' MATH `is_equiv`: it removes
             a whole-answer `\\boxed{}`, spaces, `\\left`/`\\right`, `\\!`, thin spaces `\\,` `\\;` `\\:`, dollars
@@ -39,6 +40,12 @@ _NUMBER = re.compile(_FRAC + r"|-?\$?\d[\d,]*(?:\.\d+)?(?:[eE][+-]?\d+)?(?:/\d+)
 
 def _after_answer_is(text: str) -> str | None:
     found = list(_ANSWER_IS.finditer(text))
+    return text[found[-1].end():] if found else None
+
+
+def _after_answer_colon(text: str) -> str | None:
+    """The text after the last "Answer:" (MMLU-Pro's second rule reads the letter right after it)."""
+    found = list(re.finditer(r"(?i:answer)\s*:", text))
     return text[found[-1].end():] if found else None
 
 
@@ -107,9 +114,7 @@ def extract_answer(kind: str, text: str) -> str | None:
         return None
     if kind == "choice":
         letter = r"\(([A-Ea-e])\)|\b([A-E])\b(?=[\s).,:;\]}\"'$]|\*\*|$)"
-        labels = list(re.finditer(r"(?i:answer)\s*:", text))  # "Answer: B" (MMLU-Pro's second rule)
-        labelled = text[labels[-1].end():] if labels else None
-        for i, source in enumerate((tail, labelled, last_boxed(text), text)):
+        for i, source in enumerate((tail, _after_answer_colon(text), last_boxed(text), text)):
             if source is None:
                 continue
             if i == 1:  # the letter right after the last "Answer:" ("**Answer: B**\n(A) is wrong because ...")
@@ -125,12 +130,16 @@ def extract_answer(kind: str, text: str) -> str | None:
                 return (match.group(1) or match.group(2)).upper()
         return None
     if kind == "boolean":
-        for source in (tail, text):
+        for i, source in enumerate((tail, _after_answer_colon(text), last_boxed(text), text)):
             if source is None:
                 continue
-            words = re.findall(r"\b(yes|no|true|false)\b", source.lower())
+            if i == 1:  # the word right after the last "Answer:" ("Answer: Yes\nno other reading fits")
+                first = re.match(r"[\s*]*(yes|no|true|false)\b", source.lower())
+                words = [first.group(1)] if first else []
+            else:
+                words = re.findall(r"\b(yes|no|true|false)\b", source.lower())
             if words:
-                return "yes" if (words[0] if source is tail else words[-1]) in ("yes", "true") else "no"
+                return "yes" if (words[-1] if i == 3 else words[0]) in ("yes", "true") else "no"
         return None
     boxed = last_boxed(text)
     if boxed is not None:

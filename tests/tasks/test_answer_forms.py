@@ -120,3 +120,17 @@ def test_the_letter_after_answer_colon_beats_letters_discussed_after_it(shared_d
             assert score(p, form.format(wrong, p.gold)) == 0.0, (p.id, form)
     # "Answer:" that opens an argument names no letter right after it: the last option-shaped letter still counts
     assert extract_answer("choice", "Answer: Let me think. (A) is wrong, so (C).") == "C"
+
+
+def test_strategyqa_answer_colon_and_boxed_on_every_record(shared_data):
+    # "Answer: Yes" then a sentence holding "no", or "\boxed{No}, though yes ...": the last word in the text was taken
+    problems = load_task(shared_data, "strategyqa")
+    assert {p.gold for p in problems} == {"yes", "no"}
+    for p in problems:
+        wrong = "no" if p.gold == "yes" else "yes"
+        for form in ("**Answer:** {}.\n\nOne might say {}, but the facts disagree.", "Answer: {}\nNot {}.",
+                     "\\boxed{{{}}} (a hasty reader says {})", "The answer is: **{}**. Not {}."):
+            for gold, other in ((p.gold, wrong), (p.gold.capitalize(), wrong.capitalize())):
+                assert score(p, form.format(gold, other)) == 1.0, (p.id, form)
+                assert score(p, form.format(other, gold)) == 0.0, (p.id, form)
+    assert extract_answer("boolean", "Answer: let me see. Maybe yes... no.") == "no"  # no word right after it
