@@ -4,7 +4,8 @@
     is_correct("text", r"\\boxed{\\frac12}", r"\\dfrac{1}{2}") -> True
 
 Kinds (the RL-of-Thoughts code's four formats):
-  number  - "The answer is N" (else the last number in the text); compared as floats after removing
+  number  - "The answer is N" (else the number right after the last "Answer:", else the last number in the last
+            `\\boxed{}`, else the last number in the text); compared as floats after removing
             everything but digits, sign and the decimal point (GSM8K's "#### 1,234" -> 1234): whole numbers
             exactly, others within a relative 1e-6.
   choice  - the first letter after the last "The answer is" (else the letter right after the last "Answer:", else
@@ -103,12 +104,16 @@ def extract_answer(kind: str, text: str) -> str | None:
     text = text.replace("\u2212", "-")  # a Unicode minus sign is a minus sign
     tail = _after_answer_is(text)
     if kind == "number":
-        for source in (tail, last_boxed(text), text):
+        for i, source in enumerate((tail, _after_answer_colon(text), last_boxed(text), text)):
             if source is None:
                 continue
-            numbers = _NUMBER.findall(source)
+            if i == 1:  # the number right after the last "Answer:" ("Answer: 18 (we started with 20 eggs)")
+                first = re.match(rf"[\s*$\\]*({_NUMBER.pattern})", source)
+                numbers = [first.group(1)] if first else []
+            else:
+                numbers = _NUMBER.findall(source)
             if numbers:
-                value = to_number(numbers[0] if source is tail else numbers[-1])
+                value = to_number(numbers[0] if i == 0 else numbers[-1])
                 if value is not None:
                     return _format_number(value)
         return None

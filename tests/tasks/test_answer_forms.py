@@ -134,3 +134,14 @@ def test_strategyqa_answer_colon_and_boxed_on_every_record(shared_data):
                 assert score(p, form.format(gold, other)) == 1.0, (p.id, form)
                 assert score(p, form.format(other, gold)) == 0.0, (p.id, form)
     assert extract_answer("boolean", "Answer: let me see. Maybe yes... no.") == "no"  # no word right after it
+
+
+@pytest.mark.parametrize("split", ["test", "train"])
+def test_gsm8k_number_after_answer_colon_on_every_record(shared_data, split):
+    # "Answer: 18 (20 eggs less 2)": the last number of the text, 2, was taken
+    for p in load_task(shared_data, "gsm8k", split=split):
+        gold = int(p.gold)
+        for form in ("Answer: {} ({} less 2)", "**Answer:** ${:,}. Check: {} - 2."):
+            assert score(p, form.format(gold, gold + 2)) == 1.0, (p.id, form)
+            assert score(p, form.format(gold + 2, gold)) == 0.0, (p.id, form)
+    assert extract_answer("number", "Answer: let me add 3 + 4 = 7") == "7"  # no number right after it: the last
