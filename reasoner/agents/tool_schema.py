@@ -13,11 +13,13 @@ without an `Args:` entry gets no description rather than an error. A parameter w
 
 `check_arguments(schema, arguments)` -> (keyword arguments, None) or ({}, why): missing required, unexpected, wrong
 type (an integral float is taken as an int, a JSON array as a tuple where the hint is a tuple). `malformed(call)`
-says when a parsed call carried no readable JSON. `load_function("package.module:function")` resolves a spec.
+says when a parsed call carried no readable JSON;
+`xml_arguments(schema, arguments)` types a qwen3_coder XML call's text values as vLLM's parser does. `load_function("package.module:function")` resolves a spec.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import json
@@ -238,6 +240,33 @@ def check_arguments(schema: dict, arguments) -> tuple[dict, str | None]:
         return {k: _conform(v, props[k], f"argument {k!r}") for k, v in arguments.items()}, None
     except _Bad as err:
         return {}, f"bad arguments for {fn['name']}: {err}"
+
+
+def xml_arguments(schema: dict, arguments: dict) -> dict:
+    """The arguments of a qwen3_coder XML call (`<parameter=NAME>text</parameter>`: every value is text) as the
+    types their parameters declare, as vLLM's qwen3_coder parser converts them: a parameter that takes a string
+    (or any value) keeps its text; any other gets the JSON value of its text ("3", "2.5", "true", "null",
+    "[1, 2]"), else its Python literal ("True", "{'a': 1}"), else keeps the text (`check_arguments` names it)."""
+    props = schema["function"]["parameters"].get("properties", {})
+    out = {}
+    for key, value in arguments.items():
+        spec = props.get(key)
+        kinds = spec.get("type", []) if isinstance(spec, dict) else []
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        if isinstance(spec, dict) and "anyOf" in spec:
+            kinds += [k for sub in spec["anyOf"] if isinstance(sub, dict) for k in
+                      ([sub["type"]] if isinstance(sub.get("type"), str) else sub.get("type", []))]
+        if not isinstance(value, str) or not kinds or "string" in kinds:
+            out[key] = value
+            continue
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            try:
+                out[key] = ast.literal_eval(value.strip())
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                out[key] = value
+    return out
 
 
 def malformed(call) -> str | None:

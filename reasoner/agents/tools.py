@@ -8,7 +8,8 @@ and every failure an observation, never an error.
     pending.result()               # Observation(content=<the tool message's text>, record={...}, ok=...)
     tools.close()                  # stops the pool it started
 
-Calls: the arguments are checked against the schema first (`tool_schema.check_arguments`). Then
+Calls: the arguments are checked against the schema first (`tool_schema.check_arguments`; a qwen3_coder XML
+call's text values typed first, `tool_schema.xml_arguments`). Then
   * mode "pool" (default): `reasoner.verifiers.pool.VerifierPool` runs the function as its "module:function" target
     in a clean worker process, jailed like the pool's Z3 workers where `unshare` works (isolate "auto": no network,
     no fork/exec, read-only filesystem); past `timeout_s` the worker is killed and replaced, and `memory_mb` caps
@@ -33,7 +34,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from reasoner.agents.tool_schema import check_arguments, function_schema, load_function, malformed
+from reasoner.agents.tool_schema import check_arguments, function_schema, load_function, malformed, xml_arguments
 
 MODES = ("pool", "inprocess")
 MAX_CHARS = 4000
@@ -217,7 +218,8 @@ class Toolset:
         why = malformed(call)
         if why is not None:
             return Resolved(failure(call.name, call.arguments, "malformed", why))
-        kwargs, why = check_arguments(tool.schema, call.arguments)
+        arguments = xml_arguments(tool.schema, call.arguments) if call.parse_mode == "xml" else call.arguments
+        kwargs, why = check_arguments(tool.schema, arguments)
         if why is not None:
             return Resolved(failure(call.name, call.arguments, "bad_arguments", why))
         try:

@@ -168,3 +168,20 @@ def test_toolset_construction_errors():
     tools = Toolset([fx.add])
     assert tools._pool is None  # the pool starts on the first call only
     tools.close()
+
+
+def test_qwen3_coder_xml_values_take_their_parameters_types():
+    """The XML form carries every value as text; like vLLM's qwen3_coder parser, each becomes its parameter's type
+    (an integer parameter read "2" and every XML call of a non-string tool failed as bad arguments)."""
+    def xml(name, **params):
+        body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+        return parse_tool_calls(f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>")[0]
+
+    with Toolset([fx.add, fx.shapes], mode="inprocess", timeout_s=TIMEOUT_S) as tools:
+        assert tools.submit(xml("add", a=2, b=3)).result().content == "5"
+        shaped = tools.submit(xml("shapes", point="[1, 2.5]", grid="[[1], [2, 3]]", value="7", anything="x y",
+                                  flag="True")).result()
+        # value: int | str keeps its text; anything (Any) keeps its text; flag: the Python literal True
+        assert shaped.content == '[[1, 2.5], [[1], [2, 3]], "7", "x y", true]', shaped.content
+        bad = tools.submit(xml("add", a="two")).result()
+        assert bad.record["outcome"] == "bad_arguments" and 'got "two"' in bad.content
