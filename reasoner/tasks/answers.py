@@ -21,8 +21,8 @@ Kinds (the RL-of-Thoughts code's four formats):
             lone capital letter (`\\text{(C)}` is `C`), and reads `10{,}080` as `10,080` (as Minerva's
             `normalize_final_answer` does); rewrites
             `\\dfrac`/`\\tfrac` -> `\\frac`, `\\frac12` -> `\\frac{1}{2}`, `a/b` of integers -> `\\frac{a}{b}`,
-            `0.5` -> `\\frac{1}{2}` when exact, a leading `x=`; and compares numerically when both sides are plain numbers
-            (exactly when both are integers, decimals or fractions of integers).
+            `0.5` -> `\\frac{1}{2}` when exact, a leading `x=`; and compares numerically when both sides are plain
+            numbers (exactly when both are integers, decimals or fractions of integers).
 A missing answer extracts as None and is never correct (choice: the authors guess a random letter; we do not,
 so a reward is never noise; choose `fallback` in the environment if you want their behaviour).
 """
@@ -124,8 +124,8 @@ def extract_answer(kind: str, text: str) -> str | None:
                 continue
             if i == 1:  # the letter right after the last "Answer:" ("**Answer: B**\n(A) is wrong because ...")
                 match = re.match(rf"[\s*]*(?:{letter})", source)
-            elif i < 3:  # the first letter after "answer is" (or in the last \boxed{}), whatever follows it ("C, unknown",
-                # "C because", "**C**", "\boxed{C}", '"C"')
+            elif i < 3:  # the first letter after "answer is" (or in the last \boxed{}), whatever follows it
+                # ("C, unknown", "C because", "**C**", "\boxed{C}", '"C"')
                 match = re.search(letter, source)
             else:  # no "answer is": the last letter written as an option ("(B)", "B)", "B:", "B.", "**B**"), never the
                 # article "A" in a sentence (nor the A of "A* search")
