@@ -15,14 +15,15 @@ def tiny():
     return random_decoder(TINY, seed=0, scale=1.0)
 
 
-def _policy(model, tokenizer, *stop: str) -> SamplerPolicy:
+def _policy(model, tokenizer, *stop: str, paged=None) -> SamplerPolicy:
     policy = SamplerPolicy(model, tokenizer, temperature=1.0, seed=5, max_new_tokens=6, max_len=512, reserve=64,
-                           tools=[])
+                           tools=[], paged=paged)
     policy.params = policy.params.replace(stop=stop)
     return policy
 
 
-def test_a_stop_string_inside_a_token_continues_as_a_fresh_prefill(tiny, tokenizer):
+@pytest.mark.parametrize("paged", [None, False])  # the engine, the static sampler
+def test_a_stop_string_inside_a_token_continues_as_a_fresh_prefill(tiny, tokenizer, paged):
     first = [{"role": "user", "content": "Is Anne kind?"}]
     probe = _policy(tiny, tokenizer)
     probe.respond([list(first)])
@@ -32,7 +33,7 @@ def test_a_stop_string_inside_a_token_continues_as_a_fresh_prefill(tiny, tokeniz
     stop = "".join(pieces[:k]) + pieces[k][0]  # ends inside token k
     tail = pieces[k][1:]
 
-    policy = _policy(tiny, tokenizer, stop)
+    policy = _policy(tiny, tokenizer, stop, paged=paged)
     conv = list(first)
     (reply,) = policy.respond([conv])
     assert reply.completion_tokens == k + 1
@@ -45,7 +46,7 @@ def test_a_stop_string_inside_a_token_continues_as_a_fresh_prefill(tiny, tokeniz
     assert history[:len(history) - second.completion_tokens] == fresh_ids
     assert second.prompt_tokens == len(fresh_ids)
 
-    fresh = _policy(tiny, tokenizer, stop)
+    fresh = _policy(tiny, tokenizer, stop, paged=paged)
     (again,) = fresh.respond([conv])  # one prefill of the whole conversation
     assert fresh._session.history[0] == history
     assert (again.text, again.prompt_tokens, again.completion_tokens) == (
