@@ -105,6 +105,19 @@ def _repaired(text: str, quotes: str) -> str:
     return "".join(out) + (quote or "") + "".join(reversed(stack))
 
 
+def _json_value(value):
+    """A Python literal a model wrote as the JSON value it stands for: tuples and sets as lists, keys as strings,
+    and what JSON cannot hold (bytes, complex) as its repr; arguments are written to the trajectory's JSON rows and
+    a finish answer's JSON is the answer, so `finish(answer={1, 2})` must not carry a set."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else repr(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return [_json_value(v) for v in sorted(value, key=repr)]
+    return value if value is None or isinstance(value, (str, bool, int, float)) else repr(value)
+
+
 class _Literals(ast.NodeTransformer):
     """JSON's true / false / null as Python's constants (names only: the same words inside strings stay)."""
 
@@ -122,7 +135,7 @@ def _lenient_json(body: str):
     try:
         tree = _Literals().visit(ast.parse(_repaired(text, "\"'"), mode="eval"))
         value = ast.literal_eval(tree)
-        return value if isinstance(value, dict) else None
+        return _json_value(value) if isinstance(value, dict) else None
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
 
@@ -218,7 +231,7 @@ def _call_arguments(name: str, inside: str) -> dict | None:
         args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
         for key, value in zip(ARGUMENT_NAMES[name], node.args):
             args[key] = ast.literal_eval(value)
-        return args
+        return _json_value(args)
     except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
         if name == "finish" and re.fullmatch(r"[\w ()=-]+", inside):
             key, _, value = inside.partition("=")

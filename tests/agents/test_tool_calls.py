@@ -89,3 +89,28 @@ def test_repairs_stay_outside_strings_and_each_call_is_found(reply, want):
     calls = parse_tool_calls(reply)
     assert [(c.name, c.arguments) for c in calls] == want
     assert all(c.parse_mode != "fields" for c in calls)  # a Toolset refuses field-recovered calls as malformed
+
+
+@pytest.mark.parametrize("reply,arguments", [
+    ("finish(answer={1, 2})", {"answer": [1, 2]}),
+    ('finish(answer=b"B")', {"answer": "b'B'"}),
+    ('z3_solve(smt_code="x", timeout=(1, 2j))', {"smt_code": "x", "timeout": [1, "2j"]}),
+    ("<tool_call>{'name': 'finish', 'arguments': {'answer': {'A'}, (1, 2): 'x'}}</tool_call>",
+     {"answer": ["A"], "(1, 2)": "x"}),
+])
+def test_python_literals_become_json_values(reply, arguments):
+    """Arguments written as Python literals are JSON values: a set in a finish answer crashed the batch of episodes
+    (TypeError: Object of type set is not JSON serializable) and could not be written to the trajectory rows."""
+    import json
+
+    from reasoner.agents.policies import ScriptedPolicy
+    from reasoner.agents.scratchpad import run_scratchpad
+
+    (call,) = parse_tool_calls(reply)
+    assert call.arguments == arguments and json.loads(json.dumps(call.arguments)) == arguments
+    if call.name == "finish":
+        (traj,) = run_scratchpad(ScriptedPolicy({"q": [reply]}), [("p", [{"role": "user", "content": "q"}])],
+                                 runner=None)
+        answer = arguments["answer"]
+        assert (traj.termination, traj.answer) == ("finish", answer if isinstance(answer, str) else json.dumps(answer))
+        json.dumps(traj.to_dict())
