@@ -3,7 +3,7 @@ XML form, and calls written as plain text.
 
 Small models break the JSON in predictable ways; each repair below is tried in order and the one
 that worked is recorded in `ToolCall.parse_mode`:
-  1. "json":      strict `json.loads` of the tagged body;
+  1. "json":      strict `json.loads` of the tagged body (a Markdown code fence around it removed);
   2. "lenient":   raw newlines/tabs inside strings allowed, text after the object (or several objects, or a
                   list of them) in one tag, trailing commas, an unterminated string and missing closing
                   braces repaired (outside strings only), a missing closing tag (the body ends at the next
@@ -189,7 +189,17 @@ def _from_object(obj) -> tuple[str, dict] | None:
     return name, args
 
 
+def _unfenced(body: str) -> str:
+    """A tagged body without the Markdown code fence small models wrap it in (```json ... ```)."""
+    if not body.startswith("```"):
+        return body
+    body = body.split("\n", 1)[1] if "\n" in body else body[3:]
+    body = body.rstrip()
+    return body[:-3].rstrip() if body.endswith("```") else body
+
+
 def _parse_tagged(body: str) -> list[ToolCall]:
+    body = _unfenced(body)
     try:
         parsed = _from_object(json.loads(body))
         if parsed:

@@ -81,6 +81,10 @@ def test_parser_never_raises_on_arbitrary_text():
     ('<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "x"}}\n{"name": "finish", "arguments": {"answer": "C"}}'
      '</tool_call>', [("z3_solve", {"smt_code": "x"}), ("finish", {"answer": "C"})]),
     ('<tool_call>[{"name": "finish", "arguments": {"answer": "D"}}]</tool_call>', [("finish", {"answer": "D"})]),
+    # a Markdown code fence around the object
+    ('<tool_call>\n```json\n{"name": "finish", "arguments": {"answer": "E"}}\n```\n</tool_call>',
+     [("finish", {"answer": "E"})]),
+    ('<tool_call>```{"name": "finish", "arguments": {"answer": "F"}}```</tool_call>', [("finish", {"answer": "F"})]),
     # Python-style literals: the words inside strings stay (it read 'None hypothesis')
     ("<tool_call>{'name': 'finish', 'arguments': {'answer': 'null hypothesis', 'x': true}}</tool_call>",
      [("finish", {"answer": "null hypothesis", "x": True})]),
