@@ -1,5 +1,7 @@
 """Tool-call parsing: clean Hermes JSON, each repair, qwen3_coder XML, plain-text calls, no call."""
 
+import json
+
 import pytest
 
 from reasoner.agents.tool_calls import parse_tool_calls
@@ -52,13 +54,15 @@ def test_parser_never_raises_on_arbitrary_text():
     from hypothesis import given, settings, strategies as st
 
     alphabet = st.sampled_from(list('<>{}()[]"\',:=\n \\') + ["<tool_call>", "</tool_call>", "z3_solve", "finish",
-                                                              '"name"', '"arguments"', "<function=", "<parameter="])
+                                                              '"name"', '"arguments"', "<function=", "<parameter=",
+                                                              "```json", "{1, 2}", 'b"x"', "1j", "true"])
 
     @settings(max_examples=100, deadline=None)
     @given(st.lists(alphabet, max_size=40).map("".join))
     def check(text):
         for call in parse_tool_calls(text):
             assert isinstance(call.name, str) and isinstance(call.arguments, dict)
+            json.dumps(call.arguments)  # written to the trajectory rows
 
     check()
 
