@@ -4,7 +4,8 @@ Per episode, at most `t_max` (10) assistant turns. Each turn the policy replies;
 the reply are run in order:
   * `z3_solve(smt_code, timeout)` goes to the Z3 runner (the verifier pool; timeout clamped to
     [1, timeout_cap_s]) and its {success, output, sat_result, error} comes back as a tool message;
-  * `finish(answer)` ends the episode with that answer (termination "finish", verified=True);
+  * `finish(answer)` ends the episode with that answer (termination "finish", verified=True); a finish without an
+    answer (missing or null) gets an error observation instead, like any call with bad arguments;
   * a reply without any tool call also ends it: its text is the answer ("no_tool_call", verified=True);
   * after `t_max` turns without an end the last reply's text is the answer ("max_turns",
     verified=False): `verified` is the commitment bit of App. A.2, not correctness;
@@ -102,6 +103,9 @@ class ScratchpadTools:
     def submit(self, call):
         if call.name == "finish":
             answer = call.arguments.get("answer")
+            if answer is None:  # finish() or finish(answer=null): no answer to commit to; the episode goes on
+                return Resolved(_bad_call("finish needs an argument 'answer'; got arguments "
+                                          f"{sorted(call.arguments)}"))
             return Resolved(Observation(content=answer if isinstance(answer, str) else json.dumps(answer),
                                         record={}))
         code = call.arguments.get("smt_code")

@@ -108,3 +108,15 @@ def test_observation_record_keeps_every_verdict_of_a_real_z3_script():
     assert record["reason_unknown"] is None and record["success"] is True
     visible = json.loads(next(m for m in traj.messages if m["role"] == "tool")["content"])
     assert visible["sat_result"] == "unsat" and visible["output"].split() == ["sat", "unsat"]
+
+
+def test_finish_without_an_answer_is_a_bad_call_and_the_episode_goes_on():
+    """finish() or finish(answer=null) committed to the answer "null" as a verified finish; now an error
+    observation, and the next turn's finish ends the episode with its answer."""
+    runner = RecordingRunner()
+    script = [call("finish"), call("finish", answer=None), call("finish", answer="B")]
+    (traj,) = run_scratchpad(ScriptedPolicy({"p": script}), [("id", conv("p"))], runner=runner)
+    assert traj.termination == "finish" and traj.answer == "B" and traj.verified and traj.turns == 3
+    errors = [o["error"] for o in traj.observations if o.get("error")]
+    assert len(errors) == 2 and all("finish needs an argument 'answer'" in e for e in errors)
+    assert "got arguments []" in errors[0] and "got arguments ['answer']" in errors[1]
