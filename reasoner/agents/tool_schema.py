@@ -13,8 +13,8 @@ without an `Args:` entry gets no description rather than an error. A parameter w
 
 `check_arguments(schema, arguments)` -> (keyword arguments, None) or ({}, why): missing required, unexpected, wrong
 type (an integral float is taken as an int, a JSON array as a tuple where the hint is a tuple). `malformed(call)`
-says when a parsed call carried no readable JSON;
-`xml_arguments(schema, arguments)` types a qwen3_coder XML call's text values as vLLM's parser does. `load_function("package.module:function")` resolves a spec.
+says when a parsed call carried no readable JSON; `xml_arguments(schema, arguments)` types a qwen3_coder XML call's
+text values as vLLM's parser does. `load_function("package.module:function")` resolves a spec.
 """
 
 from __future__ import annotations

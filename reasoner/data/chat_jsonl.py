@@ -14,9 +14,10 @@ assistant turns with tool (or user) turns between them: only the assistant token
 need. An optional `"tools"` list (OpenAI tool schemas, TRL's `tools` column) is passed to the chat template.
 Builder configs `sft` and `dpo` pick the schema; every field is stored as a JSON string feature so any chat shape
 survives the round trip. Records keep the file's order (no TFDS shuffling, so the rows equal those of the same file
-read through `reasoner.data.hf_datasets`) and their line number, so `prepare_sft` / `prepare_dpo` name "<file>:<line>"
-in an error about a record (`DecodedSource.where`). Files are read from the `manual_dir` given in `download_config` (no downloads). Built
-with `file_format="array_record"` and read with `tfds.data_source` (no TensorFlow needed).
+read through `reasoner.data.hf_datasets`) and their line number, so `prepare_sft` / `prepare_dpo` name
+"<file>:<line>" in an error about a record (`DecodedSource.where`). Files are read from the `manual_dir` given in
+`download_config` (no downloads). Built with `file_format="array_record"` and read with `tfds.data_source` (no
+TensorFlow needed).
 
 `build_chat_dataset(jsonl_dir, kind=..., data_dir=...)` builds (once; rebuilt when a file changes)
 and returns {split: data source} of plain dicts: {"prompt": [messages], "completion": str | [messages],

@@ -15,11 +15,11 @@ cut off the front, so its leading-space rule applies to the context, not to the 
 text equals `decode(ids)` at every step, and each token is decoded a bounded number of times
 (re-decoding the whole row every chunk was quadratic in its length).
 
-Text is decoded with `skip_special_tokens=True` (end-of-turn markers do not show up in results);
-the special ids that decode to nothing are left out of the window (the decode would skip them anyway), so a
-long run of them costs no more than ordinary text (the window moves only when the text grows: a run of skipped
-tokens kept it in place and made every chunk decode the whole run again). A text ending in U+FFFD (an unfinished multi-byte character) is not yet stable, so streaming
-holds it back until the next token completes it.
+Text is decoded with `skip_special_tokens=True` (end-of-turn markers do not show up in results); the special ids
+that decode to nothing are left out of the window (the decode would skip them anyway), so a long run of them costs
+no more than ordinary text (the window moves only when the text grows: a run of skipped tokens kept it in place and
+made every chunk decode the whole run again). A text ending in U+FFFD (an unfinished multi-byte character) is not
+yet stable, so streaming holds it back until the next token completes it.
 """
 
 from __future__ import annotations
