@@ -48,23 +48,19 @@ def test_prm_parsers_on_runs_of_spaces_and_backticks():
         ("(declare-const x Int)\n(assert (> x 0))\n(check-sat)", "sat")]
 
 
-class HashLM:
+def _hash_reply(prompt: str) -> str:
     """Every block reply is N "#"; evaluations follow the score format, the check-finished reply says no."""
+    if prompt.endswith(P.EVALUATE):
+        return "\n".join(f"{k} score=[2] reason=[ok]" for k in P.SCORE_KEYS)
+    return "No." if prompt.endswith(P.CHECK_FINISHED) else "#" * N
 
+
+class HashLM:
     calls = 0
 
     def generate(self, prompts, *, max_new_tokens=None):
         self.calls += 1
-        out = []
-        for p in prompts:
-            if p.endswith(P.EVALUATE):
-                text = "\n".join(f"{k} score=[2] reason=[ok]" for k in P.SCORE_KEYS)
-            elif p.endswith(P.CHECK_FINISHED):
-                text = "No."
-            else:
-                text = "#" * N
-            out.append(Generation(text=text, prompt_tokens=1, completion_tokens=1))
-        return out
+        return [Generation(text=_hash_reply(p), prompt_tokens=1, completion_tokens=1) for p in prompts]
 
 
 def test_an_episode_batch_of_degenerate_decompose_and_debate_replies_steps():
