@@ -62,10 +62,24 @@ def _named_spans(text: str, prefix: str, close_tags: tuple[str, ...]) -> list[tu
     return out
 
 
+_OPEN_OR_QUOTE = re.compile(r'\\.|"|<tool_call>', re.DOTALL)
+
+
 def _tagged(reply: str) -> list[str]:
     """Bodies of `<tool_call> ... </tool_call>`, stripped; an unclosed one runs to the next `<tool_call>` (a model
-    that forgets a closing tag opens the next call) or to the end."""
-    return [reply[b:e].strip() for _, b, e in _spans(reply, "<tool_call>", ("</tool_call>", "<tool_call>"))]
+    that forgets a closing tag opens the next call) or to the end. A `<tool_call>` inside a JSON string (an
+    argument that quotes the tag) is text, not the next call."""
+    bodies = []
+    for _, b, e in _spans(reply, "<tool_call>", ("</tool_call>",)):
+        quoted, start = False, b
+        for m in _OPEN_OR_QUOTE.finditer(reply, b, e):
+            if m.group() == '"':
+                quoted = not quoted
+            elif m.group() == "<tool_call>" and not quoted:
+                bodies.append(reply[start:m.start()].strip())
+                start = m.end()
+        bodies.append(reply[start:e].strip())
+    return bodies
 
 
 @dataclasses.dataclass(frozen=True)

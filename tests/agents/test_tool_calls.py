@@ -73,6 +73,9 @@ def test_parser_never_raises_on_arbitrary_text():
     ('<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "(check-sat)"}}\n'
      '<tool_call>{"name": "finish", "arguments": {"answer": "A"}}</tool_call>',
      [("z3_solve", {"smt_code": "(check-sat)"}), ("finish", {"answer": "A"})]),
+    # ... but a <tool_call> quoted inside a closed call's string is text (the body was cut there: smt_code '; ')
+    ('<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "; <tool_call> is text"}}</tool_call>',
+     [("z3_solve", {"smt_code": "; <tool_call> is text"})]),
     # the repair of a missing brace leaves `, ]` inside a string alone (it read 'A]')
     ('<tool_call>{"name": "finish", "arguments": {"answer": "A, ]"}', [("finish", {"answer": "A, ]"})]),
     # a `}` inside the SMT string is not a closing brace: the missing one is added (it was only field-recovered)
