@@ -111,6 +111,7 @@ class Mixture:
 class _Item:
     row: Mapping  # the raw row the prompt is rendered from
     record: CedarRecord
+    prompt: list[dict]  # its App. B prompt (`training_messages`), rendered once
 
 
 def missing_data_message(data_dir: pathlib.Path, sources) -> str | None:
@@ -143,12 +144,13 @@ def _paired(source: str, path: pathlib.Path) -> list[_Item]:
             rows += [(lineno, {"context": row["context"], "question": q}) for q in row["questions"]]
         else:
             rows.append((lineno, row))
-    for lineno, row in rows:
+    items = []
+    for (lineno, row), record in zip(rows, records, strict=True):
         try:
-            training_messages(source, row)
+            items.append(_Item(row, record, training_messages(source, row)))
         except ValueError as err:
             raise ValueError(f"{path}:{lineno}: {err}") from None
-    return [_Item(row, record) for (_, row), record in zip(rows, records, strict=True)]
+    return items
 
 
 def _one_query_per_context(items: list[_Item], rng: random.Random) -> list[_Item]:
@@ -191,15 +193,15 @@ def _shares(total: int, groups: int) -> list[int]:
     return [total // groups + (k < total % groups) for k in range(groups)]
 
 
-def _short(source: str, items: list[_Item], max_chars: int) -> list[_Item]:
+def _short(items: list[_Item], max_chars: int) -> list[_Item]:
     """The items whose rendered prompt (system + user) has at most `max_chars` characters."""
-    return [i for i in items if sum(len(m["content"]) for m in training_messages(source, i.row)) <= max_chars]
+    return [i for i in items if sum(len(m["content"]) for m in i.prompt) <= max_chars]
 
 
 def example_row(source: str, group: str, item: _Item) -> dict:
     """The written example of one record: its gold fields, source, group, uid and App. B prompt."""
     return {**example_of(item.record), "group": group, "uid": f"{source}/{group}/{item.record.id}",
-            "prompt": training_messages(source, item.row)}
+            "prompt": item.prompt}
 
 
 def build_mixture(spec: MixtureSpec, *, data_dir, user_dir=None) -> Mixture:
@@ -223,8 +225,8 @@ def build_mixture(spec: MixtureSpec, *, data_dir, user_dir=None) -> Mixture:
         got = {"train": 0, "validation": 0}
         for k, (group, (pool, train_pool)) in enumerate(groups.items()):
             if spec.max_prompt_chars:
-                pool = _short(source, pool, spec.max_prompt_chars)
-                train_pool = _short(source, train_pool, spec.max_prompt_chars) if train_pool is not None else None
+                pool = _short(pool, spec.max_prompt_chars)
+                train_pool = _short(train_pool, spec.max_prompt_chars) if train_pool is not None else None
             pool = list(pool)
             rng.shuffle(pool)
             val = pool[:wanted["validation"][k]]
@@ -255,9 +257,9 @@ def _add_generated(spec: MixtureSpec, train: list[dict], counts: dict, notes: li
         if not rows:
             continue
         # The verifier's record is the inverse of the row's gold fields: the same `tests` load_records would read.
-        items = [_Item(row, record_of({"source": source, "id": row.get("id", row.get("index")), "tests": row["test"]}))
-                 for row in rows]
-        kept = _short(source, items, spec.max_prompt_chars) if spec.max_prompt_chars else items
+        items = [_Item(row, record_of({"source": source, "id": row.get("id", row.get("index")), "tests": row["test"]}),
+                       training_messages(source, row)) for row in rows]
+        kept = _short(items, spec.max_prompt_chars) if spec.max_prompt_chars else items
         if len(kept) < len(items):
             notes.append(f"{source}/{group}: {len(items) - len(kept)} generated rows dropped (prompt over "
                          f"{spec.max_prompt_chars} chars)")
