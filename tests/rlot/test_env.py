@@ -167,3 +167,35 @@ def test_a_width_or_depth_below_one_is_an_error():
         ThoughtEnv(RuleLM(), PROBLEMS, max_width=0)
     with pytest.raises(ValueError, match=r"max_depth=0: expected >= 1"):
         ThoughtEnv(RuleLM(), PROBLEMS, max_depth=0)
+
+
+def test_refine_appends_its_rewrite_after_the_step_it_refines():
+    """The authors' `refine_thought` extends the node's text with a new "STEP n: ... we refine the previous step"
+    and appends the rewrite to the PRM's steps; the original step stays (an earlier version overwrote it, so the PRM
+    and every later prompt lost it). The PRM scores both steps, the rewrite last."""
+
+    class Unfinished(RuleLM):  # check-finished always says no: both episodes run on
+        def generate(self, prompts, *, max_new_tokens=None):
+            out = super().generate(prompts, max_new_tokens=max_new_tokens)
+            return [Generation("No.", 1, 1) if p.endswith(P.CHECK_FINISHED) else g for p, g in zip(prompts, out)]
+
+    class RecordingPRM(VerifierPRM):
+        def score(self, questions, steps):
+            self.seen = [list(s) for s in steps]
+            return super().score(questions, steps)
+
+    prm, lm = RecordingPRM(arithmetic_check), Unfinished()
+    env = ThoughtEnv(lm, PROBLEMS[:2], prm=prm, max_depth=4, max_width=3)
+    env.reset_problems(PROBLEMS[:2])
+    env.step([REASON, REASON])
+    first = [e.steps[0] for e in env.episodes]
+    prompts = []
+    generate = lm.generate
+    lm.generate = lambda p, **kw: (prompts.extend(p), generate(p, **kw))[1]
+    env.step([REFINE, REFINE])
+    refined = [p for p in prompts if p.endswith(P.REFINE)]
+    assert len(refined) == 2 and all(f"Step 1: {f}" in p for p, f in zip(refined, first))
+    for e, f in zip(env.episodes, first):
+        assert not e.done and e.blocks == [REASON, REFINE] and e.depth == 2
+        assert len(e.steps) == 2 and e.steps[0] == f
+    assert prm.seen == [e.steps for e in env.episodes]  # the rewrite is the latest step the reward scores

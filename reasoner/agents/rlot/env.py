@@ -9,6 +9,14 @@ problems uniformly with repetition from the pool (the authors' "failed problems 
 
 Actions: 0 Reason one step, 1 Decompose, 2 Debate, 3 Refine, 4 Terminate. The rules live here, not in the DQN:
   * Refine is never first: chosen on a thought without steps it runs Reason (training and test alike);
+  * Refine APPENDS its rewrite of the last step as a new step; the original step stays in the thought. The paper
+    says only that Refine refines existing reasoning "for clarity and correctness" (App. K.2) and that an
+    unnecessary Refine can "replace a correct intermediate result with an erroneous identity" (App. B.2), which
+    the reasoning that follows a rewrite does either way; the details file's "the result replaces the same node"
+    names the tree node, whose text the authors' `refine_thought` sets to the old text plus a new "STEP n: ... we
+    refine the previous step" while `thought_each_step` (the PRM's steps) gets the refined step appended. So later
+    prompts see both versions, the PRM scores the rewrite as the latest step in the context of the original, and
+    the episode's step count grows by one, as in the authors' code;
   * after each non-terminal block a check-finished prompt asks whether a final answer has been given; "yes"
     (or reaching `max_depth` blocks) leaves only Terminate, which the environment then takes in the same step
     (choice: the forced answer is part of the transition that led to it, so that transition is terminal and
@@ -191,8 +199,9 @@ class ThoughtEnv:
             self.episodes[i].steps.append(self._clean(text))
 
     def _refine(self, rows: list[int]) -> None:
+        """The rewrite of the last step is appended (module docstring: the authors' code keeps the original)."""
         for i, text in zip(rows, self._ask("refine", rows, [self._prefix(i) + P.REFINE for i in rows])):
-            self.episodes[i].steps[-1] = self._clean(text)
+            self.episodes[i].steps.append(self._clean(text))
 
     def _decompose(self, rows: list[int]) -> None:
         listed = self._ask("decompose/list", rows, [self._prefix(i) + P.DECOMPOSE for i in rows])
