@@ -146,25 +146,27 @@ def extract_answer(text: str | None, problem: LogicProblem) -> str | None:
     lower = letters.lower()
     letter = rf"(?:\(([{letters}{lower}])\)|([{letters}]))(?![\w])"
     line = rf"^\(?([{letters}])\)(?:\s|$)"  # "B) ..." opening a line
-    # "\boxed{B}" first; "answer is: **B**" (markdown bold, "is" and ":" together) as well as "Answer: B"
-    boxed = rf"\\boxed\{{\s*{letter}\s*\}}"
-    for pattern in (boxed, rf"(?i:answer)(?:\s+(?i:is))?[\s:*_]*{letter}", line, rf"\b(?i:option)\s*{letter}"):
-        found = [m if isinstance(m, str) else m[0] or m[1] for m in re.findall(pattern, body, flags=re.MULTILINE)]
+    # "\boxed{B}" (also "\boxed{\text{(B)}}") first; "answer is: **B**" (markdown bold, "is" and ":" together),
+    # 'answer is "B"' as well as "Answer: B"
+    boxed = rf"\\boxed\{{\s*(?:\\text(?:bf)?\{{\s*{letter}\s*\}}|{letter})\s*\}}"
+    for pattern in (boxed, rf"(?i:answer)(?:\s+(?i:is))?[\s:*_\"'`]*{letter}", line, rf"\b(?i:option)\s*{letter}"):
+        found = [m if isinstance(m, str) else "".join(m) for m in re.findall(pattern, body, flags=re.MULTILINE)]
         if pattern == line and set(found) >= set(letters):
             # the options echoed back, one a line: not a choice, and their words are not the reply's either
             body = re.sub(line + ".*$", "", body, flags=re.MULTILINE)
             continue
         if found:
             return found[-1].upper()
-    words = {label: letter for letter, label in labels.items()}
-    mentioned = []
-    for phrase, label in _SYNONYMS.items():
-        if label in words:
-            mentioned += [(m.start(), words[label]) for m in re.finditer(rf"\b{phrase}\b", body, re.IGNORECASE)]
-    distinct = {letter for _, letter in mentioned}
+    # a label word: the one the sentence after the last "answer is" / "Answer:" names (a "true" argued about before
+    # "The answer is False." does not count), else the one the whole reply names; two different ones name no option
+    said = list(re.finditer(r"(?i:\banswer(?:\s+is\b\s*:?|\s*:))", body))
+    conclusion = re.split(r"\n|[.!?](?:\s|$)", body[said[-1].end():], maxsplit=1)[0] if said else ""
+    distinct = _label_letters(conclusion, labels) or _label_letters(body, labels)
     if len(distinct) == 1:
         return distinct.pop()
-    if not distinct and not set(labels.values()) <= set(_SYNONYMS.values()):
+    if len(distinct) > 1:
+        return None
+    if not set(labels.values()) <= set(_SYNONYMS.values()):
         # statement options (AR-LSAT, LogicalDeduction): the full text of exactly one option
         # ("one Russian novel" is inside "one Russian novel, one Russian play": an option named only as part of a
         # longer option that is named too does not count)
@@ -175,6 +177,13 @@ def extract_answer(text: str | None, problem: LogicProblem) -> str | None:
         if len(outer) == 1:
             return outer[0]
     return None
+
+
+def _label_letters(text: str, labels: dict[str, str]) -> set[str]:
+    """The option letters whose truth-value label (or a synonym: "uncertain" is "unknown") `text` names."""
+    words = {label: letter for letter, label in labels.items()}
+    return {words[label] for phrase, label in _SYNONYMS.items()
+            if label in words and re.search(rf"\b{phrase}\b", text, re.IGNORECASE)}
 
 
 def check_correct(answer_text: str | None, problem: LogicProblem) -> bool:

@@ -9,7 +9,13 @@ Each loader reads the staged files in their authors' formats (see ../shared/data
   strategyqa strategyqa/train.json      [{"qid", "question", "answer": bool}]     kind boolean
   math500    math500/test.jsonl         {"problem", "answer", "unique_id"}        kind text (\\boxed{})
   proofwriter / folio / prontoqa        Logic-LLM json via `reasoner.tasks.logic_llm`; kind choice (options
-                                        are listed in the question)
+                                        are listed in the question and kept in `Problem.options`)
+
+A logic problem's reply is read by `extract`, which is `logic_llm.extract_answer`: the same rule as the SMT
+rewards' `check_correct`, so "The answer is False." scores like "The answer is (B)." (the format instruction asks
+for the letter; the letter-only `answers.extract_answer("choice", ...)` scored the label word 0), and a reply naming
+two different labels names no option. Callers that score replies (the RL-of-Thoughts environment and baselines)
+should read answers with `extract(problem, text)` rather than `answers.extract_answer(problem.kind, text)`.
 """
 
 from __future__ import annotations
@@ -33,13 +39,15 @@ FORMAT_INSTRUCTIONS = {
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """One problem: `question` (options included for choice tasks), `gold` in the kind's canonical form."""
+    """One problem: `question` (options included for choice tasks), `gold` in the kind's canonical form;
+    `options` ("A) True", ...) for the Logic-LLM sets, whose replies `extract` reads by their labels too."""
 
     id: str
     task: str
     question: str
     gold: str
     kind: str
+    options: tuple[str, ...] = ()
 
 
 def load_task(data_root, task: str, *, split: str = "test", limit: int | None = None) -> list[Problem]:
@@ -66,10 +74,21 @@ def load_task(data_root, task: str, *, split: str = "test", limit: int | None = 
     out = []
     for p in load_problems(root, task, limit=limit):
         question = f"{p.context}\n\nQuestion: {p.question}\nOptions:\n" + "\n".join(p.options)
-        out.append(Problem(id=f"{task}/{p.id}", task=task, question=question, gold=p.answer, kind="choice"))
+        out.append(Problem(id=f"{task}/{p.id}", task=task, question=question, gold=p.answer, kind="choice",
+                           options=p.options))
     return out
+
+
+def extract(problem: Problem, text: str) -> str | None:
+    """The answer `text` commits to, in the kind's canonical form (an option letter for choice), or None."""
+    if problem.options:
+        from reasoner.tasks.logic_llm import LogicProblem, extract_answer as extract_option
+
+        return extract_option(text, LogicProblem(id=problem.id, dataset=problem.task, context="", question="",
+                                                 options=problem.options, answer=problem.gold))
+    return extract_answer(problem.kind, text)
 
 
 def score(problem: Problem, text: str) -> float:
     """1.0 when the answer `text` commits to equals the gold answer, else 0.0."""
-    return float(is_correct(problem.kind, extract_answer(problem.kind, text), problem.gold))
+    return float(is_correct(problem.kind, extract(problem, text), problem.gold))
