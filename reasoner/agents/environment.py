@@ -16,7 +16,11 @@ episode ends when a reply calls no tool (its text is the answer, "no_tool_call")
 tool returns (its result is the answer, "finish"; calls after it in the reply are not run; a finish call that
 fails is an error observation and the episode goes on), after `max_turns` ("max_turns", the last reply is the
 answer, `verified` False), or when the policy produced no reply ("infrastructure"). An unknown tool, a malformed
-call or a failing tool is an observation the model sees; nothing a model writes raises.
+call or a failing tool is an observation the model sees; nothing a model writes raises. A `<tool_call>` whose body
+cannot be read (broken JSON, no "name") is such a malformed call, not a reply without one: it is recorded as a call
+named MALFORMED (parse_mode "unreadable"), the model is told what was wrong, and the episode goes on within its
+turn budget (Sequent-Prover App. E.1: the harness answered the 4B base model's unreadable call with a tool
+message and the episode went on), so a typo in a call never counts as a verified answer.
 
 Batches (`step_all`, `run_episodes`, `EnvironmentTool.turn`) start every ToolEnvironment's calls of a turn before
 awaiting any, so pool calls of different rows overlap.
@@ -32,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Protocol, Sequence
 
-from reasoner.agents.tool_calls import parse_tool_calls
+from reasoner.agents.tool_calls import read_tool_calls
 from reasoner.agents.tools import Observation, Resolved, failure
 
 
@@ -86,9 +90,13 @@ def as_messages(prompt) -> list[dict]:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
 
 
+MALFORMED = "<malformed>"  # the name a `<tool_call>` is recorded under when no call could be read from it
+
+
 def tool_error(name: str, message: str, turn: int) -> Observation:
-    """The default observation of a call the runner cannot take (an unknown tool name)."""
-    return failure(name, None, "unknown_tool", message)
+    """The default observation of a call the runner cannot take: an unknown tool name, or (name MALFORMED) a
+    `<tool_call>` no call could be read from."""
+    return failure(name, None, "malformed" if name == MALFORMED else "unknown_tool", message)
 
 
 class ToolEnvironment:
@@ -96,7 +104,8 @@ class ToolEnvironment:
 
     finish: the name of the runner's tool that ends the episode with its result as the answer (None: only a reply
     without a tool call ends it early). max_turns: the episode's turn limit (None: the driver's). bad_call(name,
-    message, turn) -> Observation: the observation of a call of an unknown tool. trajectory_type: the Trajectory
+    message, turn) -> Observation: the observation of a call of an unknown tool, or of an unreadable one (name
+    MALFORMED, message: what was wrong). trajectory_type: the Trajectory
     (sub)class to record into. Observation records are kept as {"tool", "turn", **Observation.record}.
     """
 
@@ -132,11 +141,15 @@ class ToolEnvironment:
             traj.answer, traj.verified, traj.termination, traj.failure = None, False, "infrastructure", reply.failure
             return
         traj.messages.append({"role": "assistant", "content": reply.text})
-        calls = parse_tool_calls(reply.text)
-        if not calls:
+        calls, unreadable = read_tool_calls(reply.text)
+        if not calls and not unreadable:
             traj.answer, traj.verified, traj.termination = reply.text, True, "no_tool_call"
             return
         names = ", ".join(self.runner.names)
+        for bad in unreadable:  # first: their place in the reply is not kept, and a finish call ends the list
+            traj.calls.append({"turn": traj.turns, "name": MALFORMED, "arguments": None, "parse_mode": "unreadable",
+                               "raw": bad.raw[:500]})
+            self._pending.append((MALFORMED, Resolved(self.bad_call(MALFORMED, bad.why, traj.turns))))
         for call in calls:
             traj.calls.append({"turn": traj.turns, "name": call.name, "arguments": call.arguments,
                                "parse_mode": call.parse_mode})

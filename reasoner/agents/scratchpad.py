@@ -6,7 +6,10 @@ the reply are run in order:
     [1, timeout_cap_s]) and its {success, output, sat_result, error} comes back as a tool message;
   * `finish(answer)` ends the episode with that answer (termination "finish", verified=True); a finish without an
     answer (missing or null) gets an error observation instead, like any call with bad arguments;
-  * a reply without any tool call also ends it: its text is the answer ("no_tool_call", verified=True);
+  * a reply without any tool call also ends it: its text is the answer ("no_tool_call", verified=True); a reply
+    whose `<tool_call>` cannot be read (broken JSON, no "name") is a malformed call, not such a reply: an error
+    observation says what was wrong and the episode goes on (App. E.1: the base model's unreadable call got a tool
+    message and the loop continued);
   * after `t_max` turns without an end the last reply's text is the answer ("max_turns",
     verified=False): `verified` is the commitment bit of App. A.2, not correctness;
   * a reply the policy could not produce (`Reply.failure`: an endpoint down after its retries) ends the

@@ -309,24 +309,64 @@ def _parse_plain_text(text: str) -> list[ToolCall]:
     return calls
 
 
+@dataclasses.dataclass(frozen=True)
+class Unreadable:
+    """A `<tool_call>` body no call could be read from, and why (for the model: what to mend)."""
+
+    raw: str
+    why: str
+
+
 def parse_tool_calls(reply: str) -> list[ToolCall]:
     """Every tool call in `reply`, in order; [] when the reply calls no tool. Never raises, and runs in
-    time linear in the reply (an unreadable call is left out, not an error)."""
+    time linear in the reply (an unreadable call is left out, not an error: `read_tool_calls` reports it)."""
+    return read_tool_calls(reply)[0]
+
+
+def read_tool_calls(reply: str) -> tuple[list[ToolCall], list[Unreadable]]:
+    """`parse_tool_calls`'s calls, and the `<tool_call>` bodies none could be read from (an environment must not
+    take a reply whose call is broken for a reply without a call: that would end the episode on the model's typo).
+    A broken body is not reported when the plain-text fallback read a call out of the reply. Never raises."""
     if not isinstance(reply, str):
-        return []
+        return [], []
     try:
-        return _parse_tool_calls(reply)
-    except (RecursionError, MemoryError, ValueError, TypeError):  # last line of defence: one reply, no batch
-        return []
+        return _read_tool_calls(reply)
+    except (RecursionError, MemoryError, ValueError, TypeError) as err:  # last line of defence: one reply, no batch
+        return [], [Unreadable(reply[:200], f"the reply could not be parsed ({type(err).__name__})")] \
+            if "<tool_call>" in reply else []
 
 
-def _parse_tool_calls(reply: str) -> list[ToolCall]:
+def _why_unreadable(body: str) -> str:
+    """What is wrong with a tagged body no call came from, in the words a model can act on."""
+    form = 'expected <tool_call>{"name": <tool name>, "arguments": {<argument>: <value>, ...}}</tool_call>'
+    if not body:
+        return f"the <tool_call> tag is empty; {form}"
+    try:
+        obj = json.loads(_unfenced(body))
+    except ValueError as err:
+        return f"the tool call is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); {form}"
+    except RecursionError:
+        return f"the tool call is nested too deeply; {form}"
+    if not isinstance(obj, dict):
+        return f"the tool call is a JSON {type(obj).__name__}, not an object; {form}"
+    source = obj["function"] if isinstance(obj.get("function"), dict) else obj
+    if not isinstance(source.get("name"), str):
+        return f'the tool call has no "name" string (keys: {sorted(source)}); {form}'
+    return f'the "arguments" of the tool call are not an object; {form}'
+
+
+def _read_tool_calls(reply: str) -> tuple[list[ToolCall], list[Unreadable]]:
     tagged = _tagged(reply) if "<tool_call>" in reply else []
-    calls = []
+    calls, unreadable = [], []
     for body in tagged:
-        calls.extend(_parse_tagged(body) or _parse_xml(body))
+        found = _parse_tagged(body) or _parse_xml(body)
+        calls.extend(found)
+        if not found:
+            unreadable.append(Unreadable(body, _why_unreadable(body)))
     if calls:
-        return calls
+        return calls, unreadable
     if "<function=" in reply:
-        return _parse_xml(reply)
-    return _parse_plain_text(reply)
+        calls = _parse_xml(reply)
+    else:
+        calls = _parse_plain_text(reply)
+    return calls, [] if calls else unreadable

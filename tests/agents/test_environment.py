@@ -187,3 +187,22 @@ def test_environment_tool_checks_the_reset_conversation_and_closes_its_toolset(s
     assert toolset._pool is None
     with pytest.raises(ValueError, match="tool_finish='done'"):
         python_tools(smol_tok, [f"{FIXTURES}:add"], finish="done")
+
+
+def test_an_unreadable_tool_call_is_a_malformed_call_observation(tools):
+    """A reply whose only `<tool_call>` cannot be read ended the episode "no_tool_call", verified; the module
+    docstring promised an observation. Now the model is told what was wrong and the episode goes on."""
+    env = ToolEnvironment(tools, finish="submit", max_turns=3)
+    env.reset({"prompt": "u"})
+    step = env.step("Let me add. <tool_call>{not json</tool_call>")
+    assert not step.done and [m["name"] for m in step.messages] == ["<malformed>"]
+    assert step.messages[0]["content"].startswith("error: the tool call is not valid JSON (Expecting property name")
+    step = env.step(call("add", a=1, b=2) + "<tool_call></tool_call>")  # beside a good call: reported too
+    assert not step.done and [m["content"] for m in step.messages][1] == "3"
+    assert "the <tool_call> tag is empty" in step.messages[0]["content"]
+    traj = env.result()
+    assert [(o["tool"], o["turn"], o["outcome"]) for o in traj.observations] == [
+        ("<malformed>", 0, "malformed"), ("<malformed>", 1, "malformed"), ("add", 1, "ok")]
+    assert [(c["name"], c["parse_mode"]) for c in traj.calls] == [
+        ("<malformed>", "unreadable"), ("<malformed>", "unreadable"), ("add", "json")]
+    assert env.step(call("submit", answer="x")).done and env.result().termination == "finish"

@@ -120,3 +120,22 @@ def test_finish_without_an_answer_is_a_bad_call_and_the_episode_goes_on():
     errors = [o["error"] for o in traj.observations if o.get("error")]
     assert len(errors) == 2 and all("finish needs an argument 'answer'" in e for e in errors)
     assert "got arguments []" in errors[0] and "got arguments ['answer']" in errors[1]
+
+
+def test_an_unreadable_tool_call_is_an_error_observation_not_a_verified_answer():
+    """Sequent-Prover App. E.1's envelope-level malformed call: "arguments" a JSON string and no "name". It was taken
+    for a reply without a tool call (the episode ended "no_tool_call", verified, the broken call as the answer)."""
+    runner = RecordingRunner()
+    broken = '<tool_call>{"arguments":"{\\"smt_code\\":\\"(check-sat)\\"}"}</tool_call>'
+    script = [broken, '<tool_call>{"name": "z3_solve", "arguments": {"smt_code": "(check-sat)"</tool_call>',
+              call("finish", answer="B")]
+    (traj,) = run_scratchpad(ScriptedPolicy({"p": script}), [("id", conv("p"))], runner=runner)
+    assert (traj.termination, traj.verified, traj.answer, traj.turns) == ("finish", True, "B", 3)
+    assert traj.calls[0] == {"turn": 0, "name": "<malformed>", "arguments": None, "parse_mode": "unreadable",
+                             "raw": broken[len("<tool_call>"):-len("</tool_call>")]}
+    seen = json.loads(traj.messages[3]["content"])  # the tool message the model reads after its broken call
+    assert traj.messages[3]["role"] == "tool" and seen["success"] is False
+    assert 'no "name" string' in seen["error"] and "['arguments']" in seen["error"]
+    assert len(runner.calls) == 1 and traj.metadata["solver_calls"] == 1  # the repaired second call ran
+    (last,) = run_scratchpad(ScriptedPolicy({"p": [broken]}), [("id", conv("p"))], runner=runner, t_max=1)
+    assert (last.termination, last.verified) == ("max_turns", False)  # out of turns: unverified, not an answer

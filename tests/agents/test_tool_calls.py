@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from reasoner.agents.tool_calls import parse_tool_calls
+from reasoner.agents.tool_calls import parse_tool_calls, read_tool_calls
 
 SMT = "(declare-const p Bool)\n(assert p)\n(check-sat)"
 
@@ -50,6 +50,22 @@ def test_no_call(reply):
     assert parse_tool_calls(reply) == []
 
 
+@pytest.mark.parametrize("reply,unreadable", [
+    ("The answer is B.", []), ("<tool_call></tool_call>", ["the <tool_call> tag is empty"]),
+    ("<tool_call>not json at all</tool_call>", ["not valid JSON (Expecting value at line 1 column 1)"]),
+    ('<tool_call>{"arguments": {"x": 1}}</tool_call>', ['no "name" string (keys: [\'arguments\'])']),
+    ("<tool_call>[1, 2]</tool_call>", ["a JSON list, not an object"]),
+    # the plain-text fallback read the call out of the tag: nothing to report
+    ('<tool_call>finish(answer="B")</tool_call>', []),
+    ('<tool_call>{"name": "finish", "arguments": {"answer": "A"}}</tool_call><tool_call>oops</tool_call>',
+     ["not valid JSON"]),
+])
+def test_read_tool_calls_reports_what_no_call_came_from(reply, unreadable):
+    calls, bad = read_tool_calls(reply)
+    assert calls == parse_tool_calls(reply) and len(bad) == len(unreadable)
+    assert all(want in b.why and b.why.endswith("</tool_call>") for want, b in zip(unreadable, bad))
+
+
 def test_parser_never_raises_on_arbitrary_text():
     from hypothesis import given, settings, strategies as st
 
@@ -60,6 +76,7 @@ def test_parser_never_raises_on_arbitrary_text():
     @settings(max_examples=100, deadline=None)
     @given(st.lists(alphabet, max_size=40).map("".join))
     def check(text):
+        assert all(isinstance(b.why, str) for b in read_tool_calls(text)[1])
         for call in parse_tool_calls(text):
             assert isinstance(call.name, str) and isinstance(call.arguments, dict)
             json.dumps(call.arguments)  # written to the trajectory rows
