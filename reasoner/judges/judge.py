@@ -9,7 +9,10 @@ Implementations:
     temperature 0, a timeout per request, retries with backoff on 408/429/5xx/connection errors, at most
     `max_concurrency` requests in flight;
   - `CachedJudge`: wraps either with an on-disk JSONL cache keyed by (judge id, prompt), so the same trace is
-    never judged twice (temperature 0: the reply would not change). Failures are not cached.
+    never judged twice (temperature 0: the reply would not change). Failures are not cached. In a job of several
+    processes each appends to its own file (process k > 0: `<stem>.p<k><suffix>` beside the path) and every file
+    is read back at start: appends of several processes to one file (a shared workdir, NFS) can interleave and
+    tear lines, while per-process files keep every process's replies for the next run.
 The judge id names everything besides the prompt (which carries the rubric) that decides a reply: an endpoint's
 URL, model, temperature and max_tokens; a sampler's label, model architecture and dtypes, chat template,
 max_new_tokens and max_len. Settings that only decide whether a reply comes (API key, timeout, retries,
@@ -24,6 +27,7 @@ import dataclasses
 import hashlib
 import json
 import pathlib
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -91,7 +95,10 @@ class JudgeCounters:
     failed: int = 0
     """Prompts the judge gave no reply for (None: timeout, HTTP error, dead server)."""
     cache_hits: int = 0
-    """Prompts a `CachedJudge` holding these counters answered from its cache instead of asking the judge."""
+    """Prompts a `CachedJudge` answered from its cache instead of asking the judge (counted in the counters it holds
+    and in those `ask_judge` counts into)."""
+    cache_misses: int = 0
+    """Prompts a `CachedJudge` did not find in its cache (passed on to the judge; identical ones asked once)."""
     last_reason: str = ""
     """Why the latest invalid or failed judgement was not valid (the parser's reason, or "judge call failed")."""
 
@@ -99,8 +106,9 @@ class JudgeCounters:
 def ask_judge(judge: Judge, prompts: Sequence[Messages], parse, *, failed, counters: JudgeCounters | None = None):
     """Asks `judge` for every prompt; each reply goes through `parse(text, messages) -> (result, valid, reason)`
     (messages: the prompt it answers), a failed call (None reply) gives `failed`. Returns the results in prompt
-    order and counts every request in `counters`."""
-    replies = judge.reply(list(prompts))
+    order and counts every request in `counters` (and, through a `CachedJudge`, its cache hits and misses)."""
+    replies = (judge.reply(list(prompts), counters=counters) if isinstance(judge, CachedJudge)
+               else judge.reply(list(prompts)))
     if len(replies) != len(prompts):
         raise ValueError(f"judge {judge.judge_id!r} returned {len(replies)} replies for {len(prompts)} prompts")
     out = []
@@ -225,18 +233,40 @@ class SamplerJudge:
         return out
 
 
+def cache_files(path: str | pathlib.Path) -> list[pathlib.Path]:
+    """The files of the judge cache at `path`: `path` itself (process 0's) and `<stem>.p<k><suffix>` of every other
+    process that appended to it, in process order."""
+    path = pathlib.Path(path)
+    pattern = re.compile(re.escape(path.stem) + r"\.p(\d+)" + re.escape(path.suffix))
+    others = sorted(((int(m.group(1)), f) for f in path.parent.glob(f"{path.stem}.p*{path.suffix}")
+                     if (m := pattern.fullmatch(f.name))), key=lambda pair: pair[0])
+    return ([path] if path.exists() else []) + [f for _, f in others]
+
+
 class CachedJudge:
     """`judge` behind an append-only JSONL cache at `path`: one `{"key", "reply"}` line per answered prompt, the
-    key the sha256 of (judge id, prompt). Thread-safe; a torn last line (a killed run) is skipped on load."""
+    key the sha256 of (judge id, prompt). Thread-safe; a torn last line (a killed run) is skipped on load.
 
-    def __init__(self, judge: Judge, path: str | pathlib.Path, counters: JudgeCounters | None = None):
+    process: the index of this process in the job (default `reasoner.distributed.process_index()`); process 0
+    appends to `path`, process k to `<stem>.p<k><suffix>`, and all of them (`cache_files`) are read at start.
+    counters: hits and misses are counted here, and in the counters a call passes (`ask_judge`)."""
+
+    def __init__(self, judge: Judge, path: str | pathlib.Path, counters: JudgeCounters | None = None, *,
+                 process: int | None = None):
+        from reasoner import distributed
+
         self.judge, self.path = judge, pathlib.Path(path)
         self.judge_id = judge.judge_id
         self.counters = counters
+        process = distributed.process_index() if process is None else int(process)
+        if process < 0:
+            raise ValueError(f"process={process}: expected a process index >= 0")
+        self.write_path = self.path if process == 0 else self.path.with_name(
+            f"{self.path.stem}.p{process}{self.path.suffix}")
         self._lock = threading.Lock()
         self._replies: dict[str, str] = {}
-        if self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
+        for file in cache_files(self.path):
+            for line in file.read_text(encoding="utf-8").splitlines():
                 try:
                     row = json.loads(line)
                     self._replies[row["key"]] = row["reply"]
@@ -248,19 +278,22 @@ class CachedJudge:
         blob = json.dumps([self.judge_id, prompt], sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
+    def reply(self, prompts: Sequence[Messages], *, counters: JudgeCounters | None = None) -> list[str | None]:
+        """The replies, cached ones first; hits and misses counted in `self.counters` and `counters` (once when they
+        are the same object)."""
         keys = [self.key(p) for p in prompts]
         with self._lock:
             out: list[str | None] = [self._replies.get(k) for k in keys]
-        missing = [i for i, r in enumerate(out) if r is None]
-        if self.counters is not None:
-            self.counters.cache_hits += len(prompts) - len(missing)
+            missing = [i for i, r in enumerate(out) if r is None]
+            for c in {id(c): c for c in (self.counters, counters) if c is not None}.values():
+                c.cache_hits += len(prompts) - len(missing)
+                c.cache_misses += len(missing)
         # Identical prompts in one batch (G samples that wrote the same trace) are asked once.
         unique = list(dict.fromkeys(keys[i] for i in missing))
         first = {k: next(i for i in missing if keys[i] == k) for k in unique}
         fresh = self.judge.reply([prompts[first[k]] for k in unique]) if unique else []
         got = dict(zip(unique, fresh))
-        with self._lock, self.path.open("a", encoding="utf-8") as f:
+        with self._lock, self.write_path.open("a", encoding="utf-8") as f:
             for k, text in got.items():
                 if text is not None and k not in self._replies:
                     self._replies[k] = text

@@ -14,7 +14,9 @@ Stages (each timed):
                 per step in `<workdir>/grpo/metrics.jsonl` as rewards/<name>.
   4. eval_grpo  the trained policy on the same held-out set.
 The judge is a frozen copy of the base model in this process (greedy, `judge.max_new_tokens`), or the
-OpenAI-compatible `judge.endpoint` (temperature 0); its replies are cached in `<workdir>/judge_cache.jsonl`.
+OpenAI-compatible `judge.endpoint` (temperature 0); its replies are cached in `<workdir>/judge_cache.jsonl` (process
+k > 0 of a multi-process job appends to `judge_cache.p<k>.jsonl`; every file is read back on the next run), the
+cache's hits and misses counted per judged metric and in total (report `judge_cache`).
 Outputs: `<workdir>/report/report.json` (both evaluations, table, per-stage seconds, mixture counts and notes,
 judge counters, GRPO history, load average), `report/cedar_table.md`, `report/cedar_rewards.png` (the reward
 components per GRPO step) and `report/cedar_completions.jsonl`.
@@ -55,8 +57,9 @@ def mixture_spec(config) -> MixtureSpec:
 def make_judge(config, *, model_factory, tokenizer, cache_path=None):
     """The judge of `config.judge`: `EndpointJudge` when `endpoint` is set, else a `SamplerJudge` over
     `model_factory()` (a fresh copy of the base model: it stays fixed while the policy trains); cached on disk
-    at `cache_path` when given and `judge.cache`."""
-    from reasoner.judges import CachedJudge, EndpointJudge, SamplerJudge
+    at `cache_path` when given and `judge.cache`, with its own `JudgeCounters` (`.counters`: hits and misses over
+    the whole run; each judged metric's counters count its own too)."""
+    from reasoner.judges import CachedJudge, EndpointJudge, JudgeCounters, SamplerJudge
 
     j = config.judge
     if j.endpoint:
@@ -65,7 +68,18 @@ def make_judge(config, *, model_factory, tokenizer, cache_path=None):
         name = config.model.name or f"random-seed{config.model.seed}"
         judge = SamplerJudge(model_factory(), tokenizer, judge_id=name, max_new_tokens=int(j.max_new_tokens),
                              batch_size=int(j.batch_size))
-    return CachedJudge(judge, cache_path) if cache_path is not None and j.cache else judge
+    return CachedJudge(judge, cache_path, JudgeCounters()) if cache_path is not None and j.cache else judge
+
+
+def judge_cache_report(judge) -> dict:
+    """{hits, misses, files} of a `CachedJudge` made by `make_judge` over the run so far; {} for an uncached judge."""
+    counters = getattr(judge, "counters", None)
+    if counters is None:
+        return {}
+    from reasoner.judges.judge import cache_files
+
+    return {"hits": counters.cache_hits, "misses": counters.cache_misses,
+            "files": [str(f) for f in cache_files(judge.path)]}
 
 
 def composite_reward(config, judge):
@@ -195,7 +209,7 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     report = {
         "models": [r.report for r in results], "table": table, "seconds": seconds, "load_average": load,
         "mixture": {"counts": mixture.counts, "notes": mixture.notes, "data_dir": str(data_dir)},
-        "grpo_history": res.history, "config": config.to_dict(),
+        "grpo_history": res.history, "config": config.to_dict(), "judge_cache": judge_cache_report(judge),
     }
     if is_primary():
         (report_dir / "report.json").write_text(json.dumps(report, indent=1, default=str))
@@ -204,6 +218,8 @@ def run(config, *, workdir, progress: bool = True) -> dict:
                     ({"model": r.label, **row} for r in results for row in r.rows))
         if metrics_path.is_file():
             plot_rewards(metrics_path, report_dir / "cedar_rewards.png")
+    if report["judge_cache"]:
+        _log("judge cache: {hits} hits, {misses} misses".format(**report["judge_cache"]))
     print("\n" + table, flush=True)
     _log(f"report: {report_dir / 'report.json'}; rewards plot: {report_dir / 'cedar_rewards.png'}; seconds: "
          + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))

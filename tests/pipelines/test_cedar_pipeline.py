@@ -138,3 +138,27 @@ def test_the_data_stage_writes_the_mixture_from_process_zero_only(tmp_path, monk
         cedar.run(load_config(f"{CONFIG}:tiny"), workdir=tmp_path, progress=False)
     written = sorted(p.relative_to(tmp_path / "data").as_posix() for p in (tmp_path / "data").rglob("*") if p.is_file())
     assert ("mixture.json" in written) == primary and (written != []) == primary, written
+
+
+def test_make_judge_counts_cache_hits_and_misses_into_the_run_and_each_reward(tmp_path):
+    """make_judge built its CachedJudge without counters: the run's cache hits were counted nowhere."""
+    from reasoner.judges import CachedJudge
+    from reasoner.pipelines.cedar import composite_reward, judge_cache_report, make_judge
+
+    cfg = load_config(CONFIG + ":tiny")
+    with serve(_Judge) as url:
+        cfg.judge.endpoint = url
+        judge = make_judge(cfg, model_factory=None, tokenizer=None, cache_path=tmp_path / "judge_cache.jsonl")
+        assert isinstance(judge, CachedJudge)
+        reward = composite_reward(cfg, judge)
+        try:
+            examples = [{"prompt": "Premise: x", "source": "balanced_copa", "answer": "1"}] * 2
+            for _ in range(2):
+                reward(["<think>because x</think><answer>1</answer>"] * 2, examples=examples)
+        finally:
+            reward.close()
+    judged = [r.fn.counters for r in reward.rewards if hasattr(r.fn, "counters")]
+    assert judged and all((c.cache_misses, c.cache_hits) == (2, 2) for c in judged)
+    report = judge_cache_report(judge)
+    assert (report["hits"], report["misses"]) == (2 * len(judged), 2 * len(judged))
+    assert report["files"] == [str(tmp_path / "judge_cache.jsonl")]
