@@ -16,11 +16,20 @@ completion_mask [T]) by one of three paths:
                 tokens merge across a turn boundary) and the mask would not line up with the sequence the model
                 sees, which is an error naming the row.
 
+Tokens that merge where the prompt meets the completion (a completion starting with two spaces or blank lines:
+SmolLM2 tokenizes the generation prompt's "\n" and the first " " of "  Hello" as one token) are trained as TRL 1.16's
+SFTTrainer trains them, with a warning (once per process): the sequence is the whole conversation tokenized at
+once, and the completion starts where it parts from the tokenized prompt (`trl.data_utils.common_prefix_length`),
+so the merged token is trained. Both paths do so. A merge at a later turn boundary (after a tool turn) and a
+template that renders the prompt's text differently stay errors: there the mask would not say which tokens are the
+model's.
+
 Every error is one `ValueError` starting with `where` (the file and row), so a bad row is found at once.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Mapping
 
@@ -30,6 +39,8 @@ from reasoner.tokenization import (PromptCompletion, chat_ids, check_completion_
                                    render_chat)
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+log = logging.getLogger(__name__)
+_merge_warned = [False]  # TRL warns once (`logger.warning_once`): a dataset usually has this at every row
 
 
 # what encoding a record can raise for bad input: our checks (ValueError) and a chat template's own
@@ -59,7 +70,7 @@ def _turns(completion) -> list[dict]:
     return [{"role": "assistant", "content": completion}] if isinstance(completion, str) else list(completion)
 
 
-def marked_prompt_completion(tokenizer, *, prompt, completion, tools=None) -> PromptCompletion:
+def marked_prompt_completion(tokenizer, *, prompt, completion, tools=None, where: str = "") -> PromptCompletion:
     """The marker path: [T] ids of the whole conversation, mask = the template's generation spans after the
     prompt (assistant turns inside `prompt` are context, as on the incremental path)."""
     kwargs = {"tools": list(tools)} if tools else {}
@@ -69,35 +80,61 @@ def marked_prompt_completion(tokenizer, *, prompt, completion, tools=None) -> Pr
                                         add_generation_prompt=False, **kwargs)
     ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
     prompt_ids = chat_ids(tokenizer, prompt, add_generation_prompt=True, **kwargs)
-    if ids[:len(prompt_ids)] != prompt_ids:
-        raise ValueError("chat template is not prefix-stable: the prompt rendered with its generation prompt does "
-                         "not tokenize as the start of the whole conversation")
-    mask[:len(prompt_ids)] = [0] * len(prompt_ids)
+    prompt_len = _first_difference(ids, prompt_ids)
+    if prompt_len < len(prompt_ids):
+        prompt_text = render_chat(tokenizer, prompt, add_generation_prompt=True, **kwargs)
+        if not render_chat(tokenizer, messages, add_generation_prompt=False, **kwargs).startswith(prompt_text):
+            raise ValueError("chat template is not prefix-stable: the prompt rendered with its generation prompt is "
+                             "not the start of the whole conversation's text")
+        _warn_merge(tokenizer, prompt_ids[prompt_len:], where)
+    mask[:prompt_len] = [0] * prompt_len
     if not any(mask):
         raise ValueError("the template's {% generation %} markers cover no completion token")
-    return PromptCompletion(ids=tuple(ids), completion_mask=tuple(mask), prompt_len=len(prompt_ids))
+    return PromptCompletion(ids=tuple(ids), completion_mask=tuple(mask), prompt_len=prompt_len)
+
+
+def _warn_merge(tokenizer, dropped, where: str) -> None:
+    if not _merge_warned[0]:
+        _merge_warned[0] = True
+        log.warning("%s: tokens merge where the prompt meets the completion: the prompt's last tokens %r are not "
+                    "in the whole conversation's ids, so the completion starts where they part and the merged token "
+                    "is trained (as TRL's SFTTrainer does); the model is trained on a context that differs from the "
+                    "one it sees at inference. To avoid it, start completions without leading whitespace. Shown "
+                    "once; it likely applies to other rows.", where or "an example", tokenizer.decode(list(dropped)))
 
 
 def _first_difference(a, b) -> int:
     return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def incremental_prompt_completion(tokenizer, *, prompt, completion, tools=None) -> PromptCompletion:
+def _common_suffix(a, b, limit: int) -> int:
+    return next((k for k in range(limit) if a[len(a) - 1 - k] != b[len(b) - 1 - k]), limit)
+
+
+def incremental_prompt_completion(tokenizer, *, prompt, completion, tools=None, where: str = "") -> PromptCompletion:
     """The incremental path (`encode_prompt_completion`) plus the whole-conversation check (module docstring)."""
     pc = encode_prompt_completion(tokenizer, prompt=prompt, completion=completion, tools=tools)
     kwargs = {"tools": list(tools)} if tools else {}
     whole = encode(tokenizer, render_chat(tokenizer, [*prompt, *_turns(completion)], add_generation_prompt=False,
                                           **kwargs))
-    if whole != list(pc.ids):
-        # the texts are equal (encode_prompt_completion checked each rendering extends the last): tokens merged
-        k = _first_difference(whole, pc.ids)
-        raise ValueError(
-            f"tokens merge across a turn boundary: the whole conversation tokenizes differently from its "
-            f"turn-by-turn pieces from token {k} on, the same text split apart (whole {whole[k:k + 4]} = "
-            f"{tokenizer.decode(whole[k:k + 4])!r} vs pieces {list(pc.ids[k:k + 4])} = "
-            f"{tokenizer.decode(list(pc.ids[k:k + 4]))!r}), so the assistant mask would not line up with the "
-            "sequence; expected each turn to start on a token boundary (e.g. a completion without leading whitespace)")
-    return pc
+    if whole == list(pc.ids):
+        return pc
+    # the texts are equal (encode_prompt_completion checked each rendering extends the last): tokens merged
+    k = _first_difference(whole, pc.ids)
+    tail = _common_suffix(whole, pc.ids, min(len(whole), len(pc.ids)) - k)
+    if k < pc.prompt_len and all(pc.completion_mask[pc.prompt_len:len(pc.ids) - tail]):
+        # only where the prompt meets the completion (the pieces part between the prompt's end and trained
+        # completion tokens): TRL's rule, the completion starts where the ids part
+        _warn_merge(tokenizer, pc.ids[k:pc.prompt_len], where)
+        mask = [0] * k + [1] * (len(whole) - tail - k) + list(pc.completion_mask[len(pc.ids) - tail:])
+        return PromptCompletion(ids=tuple(whole), completion_mask=tuple(mask), prompt_len=k)
+    raise ValueError(
+        f"tokens merge across a turn boundary: the whole conversation tokenizes differently from its "
+        f"turn-by-turn pieces from token {k} on, the same text split apart (whole {whole[k:k + 4]} = "
+        f"{tokenizer.decode(whole[k:k + 4])!r} vs pieces {list(pc.ids[k:k + 4])} = "
+        f"{tokenizer.decode(list(pc.ids[k:k + 4]))!r}), so the assistant mask would not line up with the "
+        "sequence; expected each turn after the first to start on a token boundary (e.g. without leading "
+        "whitespace)")
 
 
 def encode_sft_example(tokenizer, example: Mapping[str, Any], *, where: str) -> PromptCompletion:
@@ -110,6 +147,6 @@ def encode_sft_example(tokenizer, example: Mapping[str, Any], *, where: str) -> 
             return text_document(tokenizer, example["text"])
         encode_fn = marked_prompt_completion if has_generation_markers(tokenizer) else incremental_prompt_completion
         return encode_fn(tokenizer, prompt=list(example["prompt"]), completion=example["completion"],
-                         tools=example.get("tools"))
+                         tools=example.get("tools"), where=where)
     except TEMPLATE_ERRORS as err:
         raise ValueError(f"{where}: {err}") from None

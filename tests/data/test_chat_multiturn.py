@@ -180,17 +180,20 @@ def test_a_completion_that_starts_with_a_user_turn_is_named_as_such(tokenizer):
         prepare_dpo([pair], tokenizer, seq_len=96)
 
 
-def test_a_token_merge_at_the_completion_start_is_named_as_one(tokenizer):
+def test_a_token_merge_after_a_tool_turn_is_named_as_one(tokenizer):
     # "\n\nHello" after the generation prompt's "\n": the same text, but the whole conversation tokenizes "\n\n" +
     # "\n" where the pieces give "\n" "\n" "\n"; the error blamed the template ("not prefix-stable ... use a template
-    # with {% generation %} markers", which would fail the same way) and showed two identical strings
+    # with {% generation %} markers", which would fail the same way) and showed two identical strings. (At the
+    # completion's start the merge trains as TRL trains it: tests/data/test_chat_masks_trl.py.)
     from reasoner.data.chat_masks import encode_sft_example
 
     prompt = [{"role": "user", "content": "Hi"}]
-    text = render_chat(tokenizer, prompt + [{"role": "assistant", "content": "\n\nHello"}], add_generation_prompt=False)
+    context = prompt + [{"role": "assistant", "content": "Check."}, {"role": "tool", "content": "ok"}]
+    text = render_chat(tokenizer, context + [{"role": "assistant", "content": "\n\nHello"}], add_generation_prompt=False)
     whole = tokenizer(text, add_special_tokens=False)["input_ids"]
-    k = len(tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False)["input_ids"]) - 1  # the "\n"
+    k = len(tokenizer(render_chat(tokenizer, context), add_special_tokens=False)["input_ids"]) - 1  # the "\n"
     assert tokenizer.decode(whole[k:k + 2]) == "\n\n\n" and len(whole[k:k + 2]) == 2  # merged: two tokens, not three
     with pytest.raises(ValueError, match=rf"x\.jsonl:3: tokens merge across a turn boundary: .* from token {k} on, "
                                          rf"the same text split apart \(whole \[{whole[k]}, {whole[k + 1]},"):
-        encode_sft_example(tokenizer, {"prompt": prompt, "completion": "\n\nHello"}, where="x.jsonl:3")
+        encode_sft_example(tokenizer, {"prompt": prompt, "completion": context[1:] + [
+            {"role": "assistant", "content": "\n\nHello"}]}, where="x.jsonl:3")

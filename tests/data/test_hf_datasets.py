@@ -184,8 +184,12 @@ def test_templates_that_are_not_prefix_stable_are_named_errors(tokenizer):
     glued = copy.copy(tokenizer)  # no separators: "hel" + "lo" tokenizes apart but "hello" as one token
     glued.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     assert len(tokenizer("hello")["input_ids"]) < len(tokenizer("hel")["input_ids"] + tokenizer("lo")["input_ids"])
-    ok = {"prompt": [{"role": "user", "content": "Hi"}], "completion": " there."}
-    bad = {"prompt": [{"role": "user", "content": "hel"}], "completion": "lo"}
+    ok = {"prompt": [{"role": "user", "content": "Hi"}], "completion": [{"role": "assistant", "content": " there."}]}
+    # "hel" + "lo" at the prompt's end trains as TRL does (tests/data/test_chat_masks_trl.py); after a user turn
+    # inside the completion the merged token would be half context, half output: an error
+    bad = {"prompt": [{"role": "user", "content": "Hi"}], "completion": [
+        {"role": "assistant", "content": " there."}, {"role": "user", "content": "hel"},
+        {"role": "assistant", "content": "lo"}]}
     for tok, examples, message in ((counted, [ok], "renders the earlier turns differently"),
                                    (glued, [ok, bad], "tokens merge across a turn boundary: the whole conversation tokenizes")):
         source = examples_of(datasets.Dataset.from_list(examples), kind="sft", name="d.parquet")
