@@ -10,7 +10,8 @@ Kinds (the RL-of-Thoughts code's four formats):
             exactly, others within a relative 1e-6.
   choice  - the first letter after the last "The answer is" (else the letter right after the last "Answer:", else
             the first in the last `\\boxed{}`, else the last letter written as an option, "(B)", "B)", "B:", "**B**");
-            compared as upper-case letters.
+            letters A-J (MMLU-Pro's ten; LogicalDeduction's A-G), a bare "I" only where it cannot be the pronoun
+            ("The answer is I.", "I)", "**I**"; not "I think"); compared as upper-case letters.
   boolean - "The answer is yes/no" (also true/false; else the word right after the last "Answer:", else the first
             in the last `\\boxed{}`, else the last in the text); compared as booleans.
   text    - the last `\\boxed{...}` (balanced braces; else the `$...$` or the sentence after "The answer is");
@@ -118,7 +119,8 @@ def extract_answer(kind: str, text: str) -> str | None:
                     return _format_number(value)
         return None
     if kind == "choice":
-        letter = r"\(([A-Ea-e])\)|\b([A-E])\b(?=[\s).,:;\]}\"'$]|\*\*|$)"
+        # A-J (MMLU-Pro's ten options; LogicalDeduction's seven A-G): a bare "I" only where it cannot be the pronoun
+        letter = r"\(([A-Ja-j])\)|\b([A-HJ])\b(?=[\s).,:;\]}\"'$]|\*\*|$)|\b(I)\b(?=[).:;\]}\"'$]|\*\*|$)"
         for i, source in enumerate((tail, _after_answer_colon(text), last_boxed(text), text)):
             if source is None:
                 continue
@@ -129,10 +131,11 @@ def extract_answer(kind: str, text: str) -> str | None:
                 match = re.search(letter, source)
             else:  # no "answer is": the last letter written as an option ("(B)", "B)", "B:", "B.", "**B**"), never the
                 # article "A" in a sentence (nor the A of "A* search")
-                matches = list(re.finditer(r"\(([A-Ea-e])\)|\b([A-E])\b(?:\)|:|\.|\*\*|$)", source))
+                matches = list(re.finditer(r"\(([A-Ja-j])\)|\b([A-HJ])\b(?:\)|:|\.|\*\*|$)|\b(I)\b(?:\)|\*\*)",
+                                           source))
                 match = matches[-1] if matches else None
             if match:
-                return (match.group(1) or match.group(2)).upper()
+                return "".join(g or "" for g in match.groups()).upper()
         return None
     if kind == "boolean":
         for i, source in enumerate((tail, _after_answer_colon(text), last_boxed(text), text)):
