@@ -13,7 +13,11 @@ rng) -> jitted pieces (`act`, `observe_and_learn`) -> the episode source (checkp
 non-finite guard, as for every trainer) -> `DQNResult`.
 
 The algorithm (Mnih et al. 2015 + van Hasselt's Double DQN + Wang's dueling head, as in the RLoT code):
-  * epsilon-greedy on the online net; epsilon *= decay at every environment transition, floored;
+  * epsilon-greedy on the online net; epsilon *= decay at every environment transition, floored, BEFORE the action
+    is chosen (the authors' loop: `self.epsilon = max(min_epsilon, self.epsilon * epsilon_decay)`, then
+    `choose_action`): transition t (1-based, counted over the whole run) explores with max(floor, start * decay**t),
+    so the first action already uses start * decay; in a batched step the active rows take consecutive t in row
+    order, the order their transitions are stored;
   * transitions (s, a, r, done, s') go to a circular buffer of `buffer_size`; learning starts once it is full;
   * one update per stored transition: a uniform batch without replacement, a' = argmax_a Q_online(s', a),
     y = r + gamma * (1 - done) * Q_target(s', a'), loss = mean (Q_online(s, a) - y)^2, Adam;
@@ -70,8 +74,9 @@ class DQNState:
     online / target: navigator params (nnx.State). opt_state: Adam moments of `online`.
     buf_obs_Cx7, buf_action_C, buf_reward_C, buf_done_C, buf_next_Cx7: the circular replay buffer of C slots;
     buf_ptr: next write slot; buf_size: filled slots (<= C).
-    epsilon: exploration rate now. env_steps / updates / episodes: transitions stored, updates made,
-    episodes finished (int32 scalars). rng: raw key data uint32[2].
+    epsilon: the exploration rate of the latest transition (start before the first).
+    env_steps / updates / episodes: transitions stored, updates made, episodes finished (int32 scalars).
+    rng: raw key data uint32[2].
     """
 
     online: Any
@@ -131,6 +136,7 @@ class Hyper:
     lr: float
     lr_decay: float
     lr_decay_every: int
+    epsilon_start: float
     epsilon_decay: float
     epsilon_floor: float
     target_sync_every: int
@@ -142,7 +148,8 @@ class Hyper:
     def from_config(cls, cfg) -> "Hyper":
         return cls(batch_size=int(cfg.batch_size), gamma=float(cfg.gamma), lr=float(cfg.lr),
                    lr_decay=float(cfg.lr_decay), lr_decay_every=int(cfg.lr_decay_every),
-                   epsilon_decay=float(cfg.epsilon_decay), epsilon_floor=float(cfg.epsilon_floor),
+                   epsilon_start=float(cfg.epsilon_start), epsilon_decay=float(cfg.epsilon_decay),
+                   epsilon_floor=float(cfg.epsilon_floor),
                    target_sync_every=int(cfg.target_sync_every), adam_b1=float(cfg.adam_b1),
                    adam_b2=float(cfg.adam_b2), adam_eps=float(cfg.adam_eps))
 
@@ -165,18 +172,32 @@ def begin_batch(state: DQNState) -> tuple[DQNState, jax.Array]:
     return state.replace(rng=keep), reset_key
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def act(graphdef, state: DQNState, obs_NxS) -> tuple[DQNState, jax.Array]:
-    """Epsilon-greedy actions int32[N] from the online net (epsilon decays where transitions are stored)."""
+def epsilons(hp: Hyper, env_steps, active_N) -> tuple[jax.Array, jax.Array]:
+    """(epsilon of each row float32[N], epsilon of the step's last active row): the active rows are transitions
+    env_steps + 1, env_steps + 2, ... in row order, and transition t explores with max(floor, start * decay**t)
+    (module docstring: the authors decay before choosing). The closed form equals the authors' repeated
+    `max(floor, eps * decay)` (decay <= 1 keeps the floor a floor) without a float32 product drifting over a run."""
+    rate = lambda t: jnp.maximum(  # noqa: E731
+        hp.epsilon_start * jnp.power(jnp.float32(hp.epsilon_decay), t.astype(jnp.float32)), hp.epsilon_floor)
+    t_N = env_steps + jnp.cumsum(jnp.asarray(active_N).astype(jnp.int32))
+    return rate(t_N), rate(t_N[-1])
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "hp"))
+def act(graphdef, state: DQNState, obs_NxS, active_N, *, hp: Hyper) -> tuple[DQNState, jax.Array]:
+    """Epsilon-greedy actions int32[N] from the online net; `active_N` marks the rows whose transitions will be
+    stored (`epsilons`: each explores with its own transition's rate). state.epsilon becomes the last one's."""
     keep, key = _split(state.rng)
     k_explore, k_random = jax.random.split(jax.random.wrap_key_data(key))
     n = obs_NxS.shape[0]
     q = q_values(graphdef, state.online, obs_NxS)
     num_actions = q.shape[-1]
     greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
-    explore = jax.random.uniform(k_explore, (n,)) < state.epsilon
+    eps_N, last = epsilons(hp, state.env_steps, active_N)
+    explore = jax.random.uniform(k_explore, (n,)) < eps_N
     random_a = jax.random.randint(k_random, (n,), 0, num_actions, jnp.int32)
-    return state.replace(rng=keep), jnp.where(explore, random_a, greedy)
+    epsilon = jnp.where(jnp.any(active_N), last, state.epsilon)
+    return state.replace(rng=keep, epsilon=epsilon), jnp.where(explore, random_a, greedy)
 
 
 def _td_loss(online, target, graphdef, gamma, obs, action, reward, done, nxt):
@@ -227,7 +248,6 @@ def observe_and_learn(graphdef, state: DQNState, obs_NxS, action_N, reward_N, do
         buf_reward_C=put(state.buf_reward_C, reward_N), buf_done_C=put(state.buf_done_C, done_N),
         buf_next_Cx7=put(state.buf_next_Cx7, next_NxS), buf_ptr=(state.buf_ptr + k) % C,
         buf_size=jnp.minimum(state.buf_size + k, C), env_steps=state.env_steps + k,
-        epsilon=jnp.maximum(state.epsilon * hp.epsilon_decay ** k.astype(jnp.float32), hp.epsilon_floor),
     )
     n_updates = jnp.clip(filled + k - C + 1, 0, k)  # one per append after which the buffer is full, as the paper
 
@@ -310,7 +330,8 @@ class EpisodeSource:
         for _ in range(self.max_steps):
             if done.all():
                 break
-            state, action = act(graphdef, state, jnp.asarray(obs))
+            active = ~done
+            state, action = act(graphdef, state, jnp.asarray(obs), jnp.asarray(active), hp=hp)
             action = np.asarray(action)
             nxt, reward, new_done = self.env.step(action)
             action = np.asarray(getattr(self.env, "executed", action)).reshape(action.shape).astype(action.dtype)
@@ -319,7 +340,6 @@ class EpisodeSource:
             if reward.shape != (self.n,) or not np.isfinite(reward).all():
                 raise ValueError(f"environment {type(self.env).__name__} step: rewards {reward.tolist()}; expected "
                                  f"{self.n} finite floats (a NaN or inf would reach the replay buffer)")
-            active = ~done
             state, m = observe_and_learn(graphdef, state, jnp.asarray(obs), jnp.asarray(action), jnp.asarray(reward),
                                          jnp.asarray(new_done, jnp.float32), jnp.asarray(nxt), jnp.asarray(active),
                                          hp=hp)

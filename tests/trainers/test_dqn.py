@@ -213,3 +213,69 @@ def test_updates_start_at_the_append_that_fills_the_buffer():
         total += want
         assert int(metrics["updates"]) == want and int(state.updates) == total and int(state.buf_size) == size
     assert total == 1 + 8 + 5
+
+
+def _authors_epsilons(start, decay, floor, n):
+    """The authors' loop: `self.epsilon = max(min_epsilon, self.epsilon * epsilon_decay)`, then `choose_action`."""
+    eps, out = start, []
+    for _ in range(n):
+        eps = max(floor, eps * decay)
+        out.append(eps)
+    return out
+
+
+def test_epsilon_decays_before_each_action_as_the_authors_loop():
+    """Transition t (1-based) explores with max(floor, start * decay**t): the first action already uses
+    start * decay (an earlier version acted with epsilon before decaying it, one transition late). The active rows
+    of a batched step are consecutive transitions in row order."""
+    import jax.numpy as jnp
+
+    from trainers import dqn
+
+    masks = ([1, 1, 0, 1], [0, 0, 0, 0], [1, 0, 1, 1], [1, 1, 1, 1], [0, 1, 0, 0])
+
+    def schedule(**numbers):
+        cfg = _small_config().dqn
+        cfg.update(numbers)
+        hp, steps, used = dqn.Hyper.from_config(cfg), 0, []
+        for mask in masks:
+            eps, last = dqn.epsilons(hp, jnp.int32(steps), jnp.asarray(mask, bool))
+            used += [float(e) for e, a in zip(eps, mask) if a]
+            steps += sum(mask)
+            assert float(last) == used[-1]
+        return used
+
+    # by hand: 1/2, 1/4, 1/8, then the floor 0.1 (exact in float32: powers of two, the floor a float32 constant)
+    assert schedule(epsilon_start=1.0, epsilon_decay=0.5, epsilon_floor=0.1) == \
+        [0.5, 0.25, 0.125] + [np.float32(0.1).item()] * 8
+    # the paper's numbers in float32: d rounds to d (1 + e), |e| <= 2**-24, so d**t is off by t e, and pow itself
+    # by a few ulps (4 allowed)
+    used = schedule(epsilon_start=1.0, epsilon_decay=0.9995, epsilon_floor=0.0)
+    want = _authors_epsilons(1.0, 0.9995, 0.0, len(used))
+    assert want[:3] == [0.9995, 0.9995 ** 2, 0.9995 ** 3]
+    np.testing.assert_allclose(used, want, rtol=2.0 ** -24 * (len(used) + 4))
+
+
+def test_the_first_action_uses_the_decayed_epsilon():
+    """epsilon_start=1 with decay 1e-9: the authors' first action explores with 1e-9, i.e. is greedy in every row
+    (an epsilon applied before its decay made every first action uniformly random)."""
+    import jax.numpy as jnp
+
+    from trainers import dqn
+
+    class Recording(GridMDP):
+        def step(self, actions):
+            self.actions.append(np.asarray(actions).copy())
+            return super().step(actions)
+
+    cfg = _small_config().dqn
+    cfg.update(dict(epsilon_start=1.0, epsilon_decay=1e-9, epsilon_floor=0.0))
+    env = Recording()
+    env.actions = []
+    graphdef, state = dqn.init_state(cfg, obs_dim=7, num_actions=5)
+    reset_obs = env.reset(dqn.begin_batch(state)[1], 8)
+    greedy = np.asarray(dqn.q_values(graphdef, state.online, jnp.asarray(reset_obs))).argmax(-1)
+    state, _ = dqn.EpisodeSource(env, n=8, max_steps=10, total_steps=1).run_batch(graphdef, state,
+                                                                                   dqn.Hyper.from_config(cfg))
+    np.testing.assert_array_equal(env.actions[0], greedy)
+    assert int(state.env_steps) >= 8 and float(state.epsilon) <= 1e-9 ** 2  # the last transition's rate
