@@ -14,7 +14,8 @@ Kinds (the RL-of-Thoughts code's four formats):
             ("The answer is I.", "I)", "**I**"; not "I think"); compared as upper-case letters.
   boolean - "The answer is yes/no" (also true/false; else the word right after the last "Answer:", else the first
             in the last `\\boxed{}`, else the last in the text); compared as booleans.
-  text    - the last `\\boxed{...}` (balanced braces; else the `$...$` or the sentence after "The answer is");
+  text    - the last `\\boxed{...}` (balanced braces; `\\boxed 5` up to the next `$` as in Hendrycks' MATH; else the
+            `$...$` or the sentence after "The answer is");
             compared with `normalize_math`, our normaliser in the spirit of Hendrycks' MATH `is_equiv`: it removes
             a whole-answer `\\boxed{}`, spaces, `\\left`/`\\right`, `\\!`, thin spaces `\\,` `\\;` `\\:`, dollars
             (`\\$` too), `^\\circ` and `°`, `\\text{units}` / `\\mbox{units}` after a value (also squared or cubed:
@@ -86,11 +87,16 @@ def _to_number(text: str) -> float | None:
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` (or `\\fbox{...}`) with balanced braces; None when absent."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
+    """Content of the last `\\boxed{...}` (or `\\fbox{...}`, `\\boxed {...}`) with balanced braces, or of the last
+    `\\boxed 5` (no braces, as Hendrycks' MATH `last_boxed_only_string` and Minerva read it: up to the next `$`, not
+    `\\$`; we also stop at a line end); None when absent or unbalanced."""
+    found = list(re.finditer(r"\\(?:boxed|fbox)(\s*\{|\s+)", text))
+    if not found:
         return None
-    i = text.index("{", start) + 1
+    last = found[-1]
+    if "{" not in last.group(1):
+        return re.split(r"(?<!\\)\$|\n", text[last.end():], maxsplit=1)[0].strip() or None  # "\\$" is a dollar sign
+    i = last.end()
     depth, j = 1, i
     while j < len(text) and depth:
         depth += {"{": 1, "}": -1}.get(text[j], 0)
