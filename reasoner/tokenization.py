@@ -10,6 +10,10 @@ Prompt/completion pairs are tokenized as two pieces and concatenated, so that th
 prompt's ids are exactly those the sampler sees at inference time (tokenizing the
 joined text could merge tokens across the boundary) and the completion mask is
 exact: 1 on completion tokens (the trained ones), 0 on prompt tokens.
+
+Special tokens: a rendered chat (`chat_ids`, and every piece of one) is tokenized without them (`encode`), since
+the template writes its own BOS; a plain-string prompt goes through `encode_prompt`, which adds the tokenizer's
+(Llama 3's BOS) as `tokenizer(text)` does. `encode_prompt` says why and what the reference tools do.
 """
 
 from __future__ import annotations
@@ -146,8 +150,41 @@ def render_chat(tokenizer, messages: Sequence[Message], *, add_generation_prompt
 
 
 def encode(tokenizer, text: str) -> list[int]:
-    """Token ids of `text` with no special tokens added (chat templates already contain them)."""
+    """Token ids of `text` with no special tokens added: for rendered chats (the template already wrote them) and
+    pieces of a sequence (a turn's suffix, a stop string). A plain-string prompt goes through `encode_prompt`."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """Token ids of a plain-string prompt: the one rule of every caller that turns a user's string into prompt ids
+    (GRPO's string prompts `trainers.data.prompt_token_ids`, `Sampler` / `RolloutEngine` str prompts, `reasoner
+    generate`'s {"text"} lines).
+
+    Rule: the ids of `tokenizer(text)`, with the special tokens the tokenizer adds (a BOS for Llama 3, Mistral,
+    Gemma; none for SmolLM2, Qwen), as the reference tools tokenize a plain prompt: TRL 1.16's GRPOTrainer calls
+    `processing_class(text=prompts)` for a non-conversational prompt (`_tokenize_prompts`), transformers'
+    text-generation pipeline calls `tokenizer(prefix + prompt_text)` (its `add_special_tokens` left at the
+    tokenizer's default, True), and vLLM's /v1/completions tokenizes with `CompletionRequest.add_special_tokens`,
+    default True. Without that BOS a BOS-adding model sees a prompt unlike every sequence it was trained on.
+
+    Except: a text that already starts with those leading special tokens (a chat rendered by a template that writes
+    `{{ bos_token }}`, as Llama 3's does, or a user who typed the BOS) is tokenized without special tokens, as
+    `apply_chat_template(tokenize=True)` does, so the BOS is there once. Here we deliberately differ from TRL's
+    plain-text path and vLLM's /v1/completions, which both prepend a second BOS to such a string (vLLM issue #9519;
+    TRL issue #3853 for its vLLM path): a doubled BOS is a prompt the model never saw either. A tokenizer that also
+    appends an EOS (`add_eos_token`) keeps it on a plain prompt, as `tokenizer(text)` does.
+
+    Chat messages are not plain strings: `chat_ids` renders them and tokenizes with no special tokens, as
+    transformers, TRL's conversational path and vLLM's chat route (`add_special_tokens` default False) do.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"prompt: expected a str, got {type(text).__name__}")
+    full, plain = list(tokenizer(text)["input_ids"]), encode(tokenizer, text)
+    if full == plain:  # the tokenizer adds nothing (SmolLM2): one path, the ids of before
+        return full
+    start = next((k for k in range(len(full) - len(plain) + 1) if full[k:k + len(plain)] == plain), 0)
+    lead = full[:start]  # what the tokenizer puts before the text: [BOS]
+    return plain if lead and plain[:len(lead)] == lead else full
 
 
 def _byte_level_chars() -> dict[str, int]:

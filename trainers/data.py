@@ -165,10 +165,11 @@ def as_example(row: Mapping, *, task: str, dataset: str = "deeprd") -> dict:
 
 
 def prompt_token_ids(tokenizer, prompt) -> list[int]:
-    """Chat messages -> the chat template with the generation prompt; a string -> its tokens as is."""
-    from reasoner.tokenization import chat_ids, encode
+    """Chat messages -> the chat template with the generation prompt; a string -> its tokens as TRL's GRPOTrainer
+    tokenizes a plain-text prompt, with the tokenizer's BOS where it adds one (`tokenization.encode_prompt`)."""
+    from reasoner.tokenization import chat_ids, encode_prompt
 
-    return encode(tokenizer, prompt) if isinstance(prompt, str) else chat_ids(tokenizer, list(prompt))
+    return encode_prompt(tokenizer, prompt) if isinstance(prompt, str) else chat_ids(tokenizer, list(prompt))
 
 
 @dataclasses.dataclass

@@ -1,8 +1,10 @@
 """`reasoner generate --model M --input prompts.jsonl --output out.jsonl [-n 4 --temperature 0.7 ...]`.
 
-Input lines: {"prompt": "user text"} (rendered with the chat template), {"messages": [...]}, or
-{"ids": [token ids]} (used as is). Output: one line per sample, in input order, with the input's
-line number, the sample index, text, tokens, finish reason and both log-prob lists.
+Input lines: {"prompt": "user text"} (rendered with the chat template), {"messages": [...]}, {"text": "raw
+text"} (no chat template: tokenized as vLLM's /v1/completions and transformers' `tokenizer(text)` do, with the
+tokenizer's BOS where it adds one, `reasoner.tokenization.encode_prompt`), or {"ids": [token ids]} (used as is).
+Output: one line per sample, in input order, with the input's line number, the sample index, text, tokens, finish
+reason and both log-prob lists.
 
 Rows run in static batches of `--batch-size` prompts; `--engine` runs them on the rollout engine instead
 (continuous batching: `--batch-size` x n decode slots; a finished row's slot takes the next prompt; not with
@@ -44,18 +46,22 @@ def register(subparsers) -> None:
 
 def _read_prompts(path: str, tokenizer) -> list[list[int]]:
     from reasoner.data.jsonl import iter_jsonl
-    from reasoner.tokenization import chat_ids
+    from reasoner.tokenization import chat_ids, encode_prompt
 
     prompts = []
-    for number, item in iter_jsonl(path, what="an object with 'prompt', 'messages' or 'ids'"):
+    for number, item in iter_jsonl(path, what="an object with 'prompt', 'messages', 'text' or 'ids'"):
         if "ids" in item:
             prompts.append([int(t) for t in item["ids"]])
         elif "messages" in item:
             prompts.append(chat_ids(tokenizer, item["messages"]))
         elif "prompt" in item:
             prompts.append(chat_ids(tokenizer, [{"role": "user", "content": str(item["prompt"])}]))
+        elif "text" in item:
+            if not isinstance(item["text"], str) or not item["text"]:
+                raise ValueError(f"{path}:{number}: 'text' must be a non-empty string, got {item['text']!r:.80}")
+            prompts.append(encode_prompt(tokenizer, item["text"]))
         else:
-            raise ValueError(f"{path}:{number}: expected a key 'prompt', 'messages' or 'ids'")
+            raise ValueError(f"{path}:{number}: expected a key 'prompt', 'messages', 'text' or 'ids'")
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts

@@ -309,9 +309,9 @@ class RolloutEngine:
     def _encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise ValueError("a str prompt needs a tokenizer: pass one to RolloutEngine(model, tokenizer)")
-        from reasoner.tokenization import encode
+        from reasoner.tokenization import encode_prompt
 
-        return encode(self.tokenizer, text)
+        return encode_prompt(self.tokenizer, text)  # a plain string: the tokenizer's BOS where it adds one
 
     def _eos(self, params: SamplingParams) -> tuple[int, ...]:
         if params.eos_ids is not None:

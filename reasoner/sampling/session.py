@@ -63,7 +63,8 @@ class Sampler:
     def start(self, prompts, params: SamplingParams, *, max_len: int | None = None, reserve: int = 0) -> "Session":
         """Prefills the prompts and draws each row's first token.
 
-        prompts: token-id lists (or strings, encoded without special tokens).
+        prompts: token-id lists (or plain strings, tokenized by `reasoner.tokenization.encode_prompt`: with the
+          tokenizer's BOS where it adds one).
         max_len: cache slots per row (default: the bucket of longest prompt + max_new_tokens).
         reserve: extra scratch slots so that `Session.extend` can write chunks of up to `reserve`
           tokens (0: no continuation).
@@ -100,9 +101,9 @@ class Sampler:
     def _encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise ValueError("a str prompt needs a tokenizer: pass one to Sampler(model, tokenizer)")
-        from reasoner.tokenization import encode
+        from reasoner.tokenization import encode_prompt
 
-        return encode(self.tokenizer, text)
+        return encode_prompt(self.tokenizer, text)  # a plain string: the tokenizer's BOS where it adds one
 
     def _default_eos(self) -> tuple[int, ...]:
         if self.tokenizer is not None:

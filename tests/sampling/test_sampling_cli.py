@@ -16,7 +16,8 @@ def test_reads_prompt_messages_and_ids_lines(tmp_path, tokenizer):
 
 @pytest.mark.parametrize("text, message", [
     ("{not json\n", "in.jsonl:1: not valid JSON"),
-    ('{"text": "x"}\n', "in.jsonl:1: expected a key 'prompt', 'messages' or 'ids'"),
+    ('{"txt": "x"}\n', "in.jsonl:1: expected a key 'prompt', 'messages', 'text' or 'ids'"),
+    ('{"text": ""}\n', "in.jsonl:1: 'text' must be a non-empty string, got ''"),
     ("[1, 2]\n", "in.jsonl:1: expected a JSON object, got list"),
     ("\n", "no prompts"),
 ])
