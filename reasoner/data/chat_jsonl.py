@@ -11,7 +11,8 @@ Each line of `<split>.jsonl` (splits: train, validation, test; those present are
 `prompt` may also be a plain string (one user message). A completion given as messages may hold several
 assistant turns with tool (or user) turns between them: only the assistant tokens are trained
 (`reasoner.tokenization.encode_prompt_completion`), as Sequent-Prover's SFT and DPO on scratchpad trajectories
-need. An optional `"tools"` list (OpenAI tool schemas, TRL's `tools` column) is passed to the chat template.
+need. An SFT (or KTO) completion ends with an assistant turn: `normalize_record` refuses one ending with a user or
+tool turn, for JSONL lines and `datasets` rows alike. An optional `"tools"` list (OpenAI tool schemas, TRL's `tools` column) is passed to the chat template.
 Builder configs `sft` and `dpo` pick the schema; every field is stored as a JSON string feature so any chat shape
 survives the round trip. Records keep the file's order (no TFDS shuffling, so the rows equal those of the same file
 read through `reasoner.data.hf_datasets`) and their line number, so `prepare_sft` / `prepare_dpo` name
@@ -91,6 +92,11 @@ def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[s
         value = _messages(record[key], where=where, field=key)
         if isinstance(value, list) and not any(m["role"] == "assistant" for m in value):
             raise ValueError(f"{where}: {key} messages hold no assistant turn")
+        if kind == "sft" and isinstance(value, list) and value[-1]["role"] != "assistant":
+            # the one rule of every SFT (and KTO) input, JSONL lines and `datasets` rows alike: turns after the last
+            # assistant turn are never trained, and a trailing user or tool turn is usually a cut conversation
+            raise ValueError(f"{where}: the conversation ends with a {value[-1]['role']!r} turn; expected an SFT "
+                             "conversation to end with an assistant turn (nothing would learn from what follows)")
         out[key] = value
     tools = record.get("tools")
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):

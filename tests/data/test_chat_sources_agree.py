@@ -1,0 +1,42 @@
+"""One rule for every SFT input: a JSONL file (TFDS builder), a Hugging Face `datasets` file and in-memory rows
+refuse the same conversations, each naming where the bad record is."""
+
+import json
+
+import datasets
+import pytest
+
+from reasoner.data.chat_jsonl import build_chat_dataset
+from reasoner.data.hf_datasets import examples_of, load_chat_splits
+
+GOOD = [{"role": "user", "content": "Is Max sour?"}, {"role": "assistant", "content": "Let me check."},
+        {"role": "tool", "content": "unsat"}, {"role": "assistant", "content": "No."}]
+
+
+@pytest.mark.parametrize("bad, role", [
+    ({"messages": GOOD + [{"role": "user", "content": "Sure?"}]}, "user"),
+    ({"messages": GOOD[:3]}, "tool"),
+    ({"prompt": GOOD[:1], "completion": GOOD[1:3]}, "tool"),
+])
+def test_a_conversation_ending_in_a_user_or_tool_turn_is_refused_by_every_input(tmp_path, bad, role):
+    # HF rows were refused ("ends with a 'user' turn") while the same JSONL line was built and trained
+    from trainers.data import normalized
+
+    good = {"messages": GOOD} if "messages" in bad else {"prompt": GOOD[:1], "completion": GOOD[1:]}
+    root = tmp_path / "jsonl"
+    root.mkdir()
+    (root / "train.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    expected = rf": the conversation ends with a '{role}' turn; expected an SFT conversation to end with an assistant"
+    with pytest.raises(ValueError, match=rf"{root / 'train.jsonl'}:2{expected}"):
+        build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")
+    with pytest.raises(ValueError, match=rf"{root / 'train.jsonl'} \[train\], row 1{expected}"):
+        load_chat_splits(root / "train.jsonl", kind="sft", cache_dir=tmp_path / "cache")
+    with pytest.raises(ValueError, match=rf"mem, row 1{expected}"):
+        examples_of(datasets.Dataset.from_list([good, bad]), kind="sft", name="mem")
+    with pytest.raises(ValueError, match=rf"train split, row 1{expected}"):
+        normalized([good, bad], kind="sft", split="train")
+    # the good record alone reads the same through every input
+    (root / "train.jsonl").write_text(json.dumps(good) + "\n")
+    built = build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")["train"]
+    hf = load_chat_splits(root / "train.jsonl", kind="sft", cache_dir=tmp_path / "cache2")["train"]
+    assert built[0] == hf[0] == normalized([good], kind="sft", split="train")[0]
