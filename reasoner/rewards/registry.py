@@ -10,8 +10,12 @@ does not apply to that completion (TRL's convention: left out of the weighted su
   - the batch call raises: the function is called again on each completion alone, so only the completions that
     raise get 0; `TimeoutError` counts as a timeout, anything else as an error;
   - a value is NaN or +-inf: 0, counted as non_finite;
-  - the call exceeds the function's `timeout_s`: every completion of the batch gets 0, counted as timeouts
-    (Python threads cannot be killed: put work that may hang behind the verifier process pool, which kills);
+  - the call exceeds the function's `timeout_s`: every completion of the batch gets 0, counted as timeouts.
+    Python threads cannot be killed, so the late call runs on in its thread: a function with a keyword parameter
+    `cancel` gets a `threading.Event` that is set at its deadline (stop there: cancel the pool futures it submitted,
+    kill its subprocess); while `max_late_calls` late calls of a function are still running, it is not called
+    again (a hung endpoint or solver would otherwise add a thread per step without bound, each holding its batch):
+    its batches score 0, counted as timeouts and as `skipped`, and a line on stderr says so once per such spell;
   - a wrong number of values or a non-numeric value is a bug in the function: ValueError naming it.
 The total is sum_f w_f * r_f over the applicable functions (NaN when none applies), the NaN-aware
 sum-then-normalise of TRL that `trainers.grpo_loss.group_advantages` expects.
@@ -21,7 +25,9 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import inspect
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -118,6 +124,10 @@ class RewardCounters:
     TimeoutError (re-run alone) or returned a "timeout" `RewardFailure`."""
     non_finite: int = 0
     """Completions whose value was NaN or +-inf, scored 0."""
+    skipped: int = 0
+    """Completions of calls not made because `max_late_calls` late calls were still running (also in timeouts)."""
+    late_running: int = 0
+    """Calls past `timeout_s` still running now (filled in by `counter_dict`)."""
     seconds: float = 0.0
     """Wall-clock seconds spent in its calls, re-runs included."""
     last_error: str = ""
@@ -152,20 +162,48 @@ class RewardBatch:
 _TIMED_OUT = object()
 
 
-def _call_with_deadline(fn, completions, examples, timeout_s):
-    """Run fn in a daemon thread (its own, so a hung call never blocks the scoring pool); _TIMED_OUT if late."""
+class _LateCalls:
+    """How many calls of one reward function are still running past their deadline, and whether the spell of
+    skipping it has been reported."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.running = 0
+        self.reported = False
+
+
+def _accepts_cancel(fn) -> bool:
+    try:
+        return "cancel" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return False
+
+
+def _call_with_deadline(fn, completions, examples, timeout_s, late: _LateCalls, *, cancellable: bool = False):
+    """Run fn in a daemon thread (its own, so a hung call never blocks the scoring pool); _TIMED_OUT if late, the
+    call then counted in `late` until it returns, and its `cancel` event set when `cancellable`."""
     box: dict[str, Any] = {}
+    cancel = threading.Event()
 
     def run():
         try:
-            box["values"] = fn(completions, examples=examples)
+            box["values"] = fn(completions, examples=examples, **({"cancel": cancel} if cancellable else {}))
         except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = err
+        finally:
+            with late.lock:
+                box["done"] = True
+                late.running -= box.get("late", 0)
 
     thread = threading.Thread(target=run, daemon=True, name="reward-deadline")
     thread.start()
     thread.join(timeout_s)
-    if thread.is_alive():
+    with late.lock:
+        if "done" not in box:
+            box["late"] = 1
+            late.running += 1
+    if box.get("late"):
+        cancel.set()
         return _TIMED_OUT
     if "error" in box:
         raise box["error"]
@@ -175,7 +213,7 @@ def _call_with_deadline(fn, completions, examples, timeout_s):
 class CompositeReward:
     """Weighted sum of reward functions with failure isolation, counters and an async `submit`."""
 
-    def __init__(self, rewards: Sequence[WeightedReward], *, max_workers: int = 2):
+    def __init__(self, rewards: Sequence[WeightedReward], *, max_workers: int = 2, max_late_calls: int = 2):
         if not rewards:
             raise ValueError("rewards is empty: expected at least one weighted reward function")
         names = [r.name for r in rewards]
@@ -186,6 +224,11 @@ class CompositeReward:
                 raise ValueError(f"reward {r.name!r} weight={r.weight}: expected a finite number")
             if r.timeout_s is not None and r.timeout_s <= 0:
                 raise ValueError(f"reward {r.name!r} timeout_s={r.timeout_s}: expected > 0 or None")
+        if isinstance(max_late_calls, bool) or not isinstance(max_late_calls, int) or max_late_calls < 1:
+            raise ValueError(f"max_late_calls={max_late_calls!r}: expected an int >= 1")
+        self.max_late_calls = max_late_calls
+        self._late = {r.name: _LateCalls() for r in rewards}
+        self._cancellable = {r.name: _accepts_cancel(r.fn) for r in rewards}
         self.rewards = tuple(rewards)
         self.counters = {r.name: RewardCounters() for r in rewards}
         self._lock = threading.Lock()
@@ -230,7 +273,8 @@ class CompositeReward:
 
     def counter_dict(self) -> dict[str, dict[str, Any]]:
         with self._lock:
-            return {name: dataclasses.asdict(c) for name, c in self.counters.items()}
+            return {name: dataclasses.asdict(c) | {"late_running": self._late[name].running}
+                    for name, c in self.counters.items()}
 
     def reset(self) -> None:
         with self._lock:
@@ -247,6 +291,9 @@ class CompositeReward:
         if isinstance(outcome, BaseException):
             if isinstance(outcome, TimeoutError) and getattr(outcome, "whole_batch", False):
                 values = [RewardFailure("timeout", str(outcome))] * len(completions)
+                if getattr(outcome, "skipped", False):
+                    with self._lock:
+                        self.counters[reward.name].skipped += len(completions)
             else:
                 # Isolate the culprit: re-run one completion at a time.
                 values = []
@@ -272,7 +319,11 @@ class CompositeReward:
             if reward.timeout_s is None:
                 values = reward.fn(completions, examples=examples)
             else:
-                values = _call_with_deadline(reward.fn, completions, examples, reward.timeout_s)
+                skipped = self._skip(reward)
+                if skipped is not None:
+                    return skipped
+                values = _call_with_deadline(reward.fn, completions, examples, reward.timeout_s,
+                                             self._late[reward.name], cancellable=self._cancellable[reward.name])
                 if values is _TIMED_OUT:
                     err = TimeoutError(f"reward {reward.name!r} exceeded timeout_s={reward.timeout_s}")
                     err.whole_batch = True
@@ -284,6 +335,23 @@ class CompositeReward:
             got = "None" if values is None else f"{len(values)} values"
             raise ValueError(f"reward {reward.name!r} returned {got} for {len(completions)} completions")
         return values
+
+    def _skip(self, reward: WeightedReward) -> TimeoutError | None:
+        """The failure of a call not made while `max_late_calls` late calls of `reward` still run, else None."""
+        late = self._late[reward.name]
+        with late.lock:
+            running = late.running
+            if running < self.max_late_calls:
+                late.reported = False
+                return None
+            report, late.reported = not late.reported, True
+        message = (f"reward {reward.name!r} skipped: {running} calls past timeout_s={reward.timeout_s} are still "
+                   "running; its batches score 0 (counted as timeouts) until one returns")
+        if report:
+            print(f"[rewards] {message}", file=sys.stderr, flush=True)
+        err = TimeoutError(message)
+        err.whole_batch, err.skipped = True, True
+        return err
 
     @staticmethod
     def _sanitise(name: str, value, counters: RewardCounters) -> float:
