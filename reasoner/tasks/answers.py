@@ -5,7 +5,8 @@
 
 Kinds (the RL-of-Thoughts code's four formats):
   number  - "The answer is N" (else the number right after the last "Answer:", else the last number in the last
-            `\\boxed{}`, else the last number in the text); compared as floats after removing
+            `\\boxed{}`, else the last number in the text; a LaTeX fraction of numbers, nested ones too, is one number:
+            `\\frac{\\frac{1}{2}}{3}` is 1/6); compared as floats after removing
             everything but digits, sign and the decimal point (GSM8K's "#### 1,234" -> 1234): whole numbers
             exactly, others within a relative 1e-6.
   choice  - the first letter after the last "The answer is" (else the letter right after the last "Answer:", else
@@ -22,9 +23,10 @@ Kinds (the RL-of-Thoughts code's four formats):
             `864 \\mbox{ inches}^2`; a word answer such as `\\text{east}` is kept), trailing dots, the parentheses of a
             lone capital letter (`\\text{(C)}` is `C`), and reads `10{,}080` as `10,080` (as Minerva's
             `normalize_final_answer` does); rewrites
-            `\\dfrac`/`\\tfrac` -> `\\frac`, `\\frac12` -> `\\frac{1}{2}`, `a/b` of integers -> `\\frac{a}{b}`,
-            `0.5` -> `\\frac{1}{2}` when exact, a leading `x=`; and compares numerically when both sides are plain
-            numbers (exactly when both are integers, decimals or fractions of integers).
+            `\\dfrac`/`\\tfrac` -> `\\frac`, `\\frac12` -> `\\frac{1}{2}` (inside another `\\frac` too), `a/b` of
+            integers -> `\\frac{a}{b}`, `0.5` -> `\\frac{1}{2}` when exact, a leading `x=`; and compares numerically
+            when both sides are plain numbers (exactly when both are integers, decimals or fractions of them, nested
+            fractions included: `\\frac{\\frac{1}{2}}{3}` equals `\\frac{1}{6}`).
 A missing answer extracts as None and is never correct (choice: the authors guess a random letter; we do not,
 so a reward is never noise; choose `fallback` in the environment if you want their behaviour).
 """
@@ -64,7 +66,7 @@ def to_number(text: str) -> float | None:
 
 
 def _to_number(text: str) -> float | None:
-    text = text.replace("\u2212", "-")
+    text = _fracs_as_quotients(text.replace("\u2212", "-"))
     plain = re.sub(r"[\s$,]", "", text).rstrip(".")
     latex = re.fullmatch(r"(-?)\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", plain)
     if latex:
@@ -109,6 +111,8 @@ def extract_answer(kind: str, text: str) -> str | None:
     if kind not in KINDS:
         raise ValueError(f"answer kind {kind!r}: expected one of {KINDS}")
     text = text.replace("\u2212", "-")  # a Unicode minus sign is a minus sign
+    if kind == "number":
+        text = _fracs_as_quotients(text)
     tail = _after_answer_is(text)
     if kind == "number":
         for i, source in enumerate((tail, _after_answer_colon(text), last_boxed(text), text)):
@@ -203,8 +207,9 @@ def is_correct(kind: str, prediction: str | None, gold: str) -> bool:
 # ------------------------------------------------------------------------------------ the math normaliser
 
 
-def _fix_fracs(s: str) -> str:
-    r"""\frac12 -> \frac{1}{2}, \frac1{2} -> \frac{1}{2}, \frac{1}2 -> \frac{1}{2}."""
+def _fix_fracs(s: str, level: int = 0) -> str:
+    r"""\frac12 -> \frac{1}{2}, \frac1{2} -> \frac{1}{2}, \frac{1}2 -> \frac{1}{2}; inside the braced arguments of
+    another \frac too, up to `_NESTING` deep (a bound on the recursion and the time)."""
     out, i = [], 0
     while True:
         j = s.find("\\frac", i)
@@ -219,7 +224,8 @@ def _fix_fracs(s: str) -> str:
                 while m < len(s) and depth:
                     depth += {"{": 1, "}": -1}.get(s[m], 0)
                     m += 1
-                out.append(s[k:m])
+                nested = level < _NESTING and not depth and "\\frac" in s[k + 1:m - 1]
+                out.append("{" + _fix_fracs(s[k + 1:m - 1], level + 1) + "}" if nested else s[k:m])
                 k = m
             elif k < len(s):
                 out.append("{" + s[k] + "}")
@@ -276,24 +282,48 @@ def _as_number(s: str) -> float | None:
     try:
         return float(s)
     except ValueError:
-        m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(\d+)\}", s)
+        exact = _as_fraction(s)
         try:
-            if m and int(m.group(3)):
-                return (-1 if m.group(1) else 1) * int(m.group(2)) / int(m.group(3))
-        except (OverflowError, ValueError):  # a quotient past a float, digits past Python's int limit
-            pass
-        return None
+            return None if exact is None else float(exact)
+        except OverflowError:  # a quotient past a float
+            return None
 
 
 def _as_fraction(s: str) -> Fraction | None:
-    """The exact value of an integer, a decimal or `\\frac{a}{b}` of integers; None for anything else."""
-    m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(\d+)\}", s)
+    """The exact value of an integer, a decimal or `\\frac{a}{b}` (also `\\dfrac`, `\\tfrac`, `\\frac12`) of such
+    values, nested ones included (`\\frac{\\frac{1}{2}}{3}` is 1/6); None for anything else and a zero
+    denominator."""
+    s = _fracs_as_quotients(s).strip()
     try:
-        if m:
-            return (-1 if m.group(1) else 1) * Fraction(int(m.group(2)), int(m.group(3))) if int(m.group(3)) else None
-        return Fraction(s) if re.fullmatch(r"-?\d+(?:\.\d*)?|-?\.\d+", s) else None
-    except ValueError:  # digits past Python's int limit
+        return Fraction(s) if re.fullmatch(rf"-?{_RATIONAL}", s) else None
+    except (ValueError, ZeroDivisionError):  # digits past Python's int limit, "1/0"
         return None
+
+
+_RATIONAL = r"(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?"
+# not glued to a digit: "1\frac{4}{5}" (MATH's mixed number 9/5) must not become "14/5", nor "\frac{1}{2}3" "1/23"
+_FRAC_ARGUMENT = rf"(?:\{{\s*(-?{_RATIONAL})\s*\}}|(\d))"
+_NUMERIC_FRAC = re.compile(rf"(?<![\d.])\\[dt]?frac\s*{_FRAC_ARGUMENT}{_FRAC_ARGUMENT}(?!\d|\.\d)")
+_NESTING = 8  # fractions of fractions are read this deep (one pass each): linear time on any text
+
+
+def _fracs_as_quotients(text: str) -> str:
+    """Each LaTeX fraction of numbers written as "p/q" ("\\frac{\\frac{1}{2}}{3}" -> "1/6"), innermost first and up
+    to `_NESTING` deep, so that a number reader takes it as one number, not its first digits; one that is not a
+    number (`\\frac{\\pi}{2}`) or divides by zero stays as written."""
+
+    def quotient(m: re.Match) -> str:
+        try:
+            value = Fraction(m.group(1) or m.group(2)) / Fraction(m.group(3) or m.group(4))
+        except (ValueError, ZeroDivisionError):  # a zero denominator, digits past Python's int limit
+            return m.group(0)
+        return str(value)  # "1/6", "-3/4", "2"
+
+    for _ in range(_NESTING):
+        text, count = _NUMERIC_FRAC.subn(quotient, text)
+        if not count:
+            break
+    return text
 
 
 def is_equiv(a: str | None, b: str | None) -> bool:

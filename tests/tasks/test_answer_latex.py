@@ -1,6 +1,10 @@
-"""Answer forms on every real record: `\\boxed 5`, option letters past E."""
+"""LaTeX and letter forms on every real record: `\\boxed 5`, nested fractions, option letters past E."""
 
-from reasoner.tasks.answers import extract_answer, is_correct, is_equiv, last_boxed
+import pytest
+
+from reasoner.tasks.answers import (
+    _as_fraction, extract_answer, is_correct, is_equiv, last_boxed, normalize_math, to_number,
+)
 from reasoner.tasks.logic_llm import load_problems
 from reasoner.tasks.reasoning import load_task, score
 
@@ -37,3 +41,37 @@ def test_boxed_without_braces_on_every_math500_gold(shared_data):
         assert score(p, f"So $\\boxed {{{others[p.id]}}}$.") == 0.0, p.id
     assert last_boxed("$\\boxed \\$5$ or \\boxed{6}") == "6" and last_boxed("\\boxed{6} then $\\boxed 7$") == "7"
     assert last_boxed("\\boxed 12\nnext line") == "12" and last_boxed("\\boxed{unclosed") is None
+
+
+def test_nested_fractions_on_every_rational_math500_and_gsm8k_gold(shared_data):
+    # "\frac{\frac{p}{1}}{q}" of a gold p/q read as p/1 over q text (never equal, 0 of the 242 rational MATH-500
+    # golds) and, as a number, as its first inner fraction (GSM8K: 598 of 600 wrong)
+    problems = load_task(shared_data, "math500")
+    rational = [(p, _as_fraction(normalize_math(p.gold))) for p in problems]
+    rational = [(p, v) for p, v in rational if v is not None]
+    assert len(rational) == 242  # the mixed number 1\frac{4}{5} (test/geometry/826.json) is no fraction
+    for p, v in rational:
+        for form in ("\\boxed{{\\frac{{\\frac{{{}}}{{1}}}}{{{}}}}}", "\\boxed{{\\dfrac{{\\tfrac{{{}}}{{1}}}}{{{}}}}}"):
+            assert score(p, form.format(v.numerator, v.denominator)) == 1.0, (p.id, form)
+            assert score(p, form.format(v.numerator + 1, v.denominator)) == 0.0, (p.id, form)
+    for split in ("test", "train"):
+        for q in load_task(shared_data, "gsm8k", split=split):
+            assert score(q, f"$\\boxed{{\\frac{{\\frac{{{q.gold}}}{{1}}}}{{1}}}}$") == 1.0, q.id
+            assert score(q, f"The answer is $\\frac{{\\frac{{{int(q.gold) + 1}}}{{1}}}}{{1}}$.") == 0.0, q.id
+
+
+@pytest.mark.parametrize("a,b", [(r"\frac{\frac{1}{2}}{3}", r"\frac{1}{6}"), (r"\tfrac{\frac12}{3}", r"\frac{1}{6}"),
+                                 (r"\frac{1}{\frac{2}{3}}", "1.5"), (r"-\dfrac{\frac{1}{2}}{3}", r"-\frac{1}{6}"),
+                                 (r"\frac{\sqrt3}{\frac12}", r"\frac{\sqrt{3}}{\frac{1}{2}}")])
+def test_nested_fractions_are_equivalent(a, b):
+    assert is_equiv(a, b), (normalize_math(a), normalize_math(b))
+
+
+def test_nested_fractions_as_numbers_and_what_is_no_number():
+    assert to_number(r"\frac{\frac{1}{2}}{3}") == 1 / 6  # the quotient 1/6 of two ints, the same float
+    assert to_number(r"\frac{1}{\frac{0}{3}}") is None and _as_fraction(r"\frac{\pi}{2}") is None
+    assert not is_equiv(r"\frac{\frac{1}{2}}{3}", r"\frac{1}{5}")
+    assert extract_answer("number", r"The answer is \frac{1}{\frac{2}{3}} cups.") == "1.5"
+    # a fraction glued to a digit is not read into it: MATH's gold "1\frac{4}{5}" (9/5) is not 14/5
+    assert _as_fraction(r"1\frac{4}{5}") is None and not is_equiv(r"1\frac{4}{5}", r"\frac{14}{5}")
+    assert extract_answer("number", r"The answer is \frac{1}{2}.") == "0.5"
