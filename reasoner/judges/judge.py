@@ -151,14 +151,17 @@ class EndpointJudge:
                                      backoff_s=backoff_s, sleep=sleep)
         self.url, self.model, self.max_tokens, self.max_concurrency = self.endpoint.url, model, max_tokens, max_concurrency
         self.judge_id = f"endpoint:{self.url}:{model}:t0:max{max_tokens}"
+        self._lock = threading.Lock()
+        self._escaped, self._last_error = 0, ""
 
     @property
     def failures(self) -> int:
-        return self.endpoint.failures
+        """Requests that got no reply (the endpoint's retries spent, or an error it let through)."""
+        return self.endpoint.failures + self._escaped
 
     @property
     def last_error(self) -> str:
-        return self.endpoint.last_error
+        return self._last_error
 
     def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
         if not prompts:
@@ -168,7 +171,15 @@ class EndpointJudge:
 
     def _request(self, messages: Messages) -> str | None:
         body = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
-        return self.endpoint.complete(body, _content_of)[0]
+        try:
+            text, error = self.endpoint.complete(body, _content_of)
+        except Exception as err:  # noqa: BLE001 - e.g. http.client.IncompleteRead: a server that died mid-body
+            with self._lock:  # escapes ChatEndpoint; a judge failure is a None reply, never a raise
+                self._escaped += 1
+            text, error = None, f"{self.url}: {type(err).__name__}: {err}"
+        if text is None:
+            self._last_error = error
+        return text
 
 
 def _content_of(completion: dict) -> str:

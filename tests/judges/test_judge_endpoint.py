@@ -82,3 +82,28 @@ def test_prompts_carry_the_rubric_and_dataset_note():
     assert "<observation>sent1: a</observation><reasoning_trace>because a</reasoning_trace>" in messages[1]["content"]
     with pytest.raises(ValueError, match="source 'gsm8k'"):
         judge_messages("coverage", source="gsm8k", observation="", reasoning="")
+
+
+class _CutOff(ChatStub):
+    """A server that dies mid-reply: it promises 1000 bytes of body, sends 13 and closes the connection."""
+
+    def do_POST(self):  # noqa: N802 - http.server naming
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).bodies.append(1)
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b'{"choices": [')
+        self.close_connection = True
+
+
+def test_a_reply_cut_off_mid_body_is_a_failed_call_not_a_raise():
+    """http.client.IncompleteRead escaped the endpoint client: the judge raised (its contract: a failure is a None
+    reply), so a judged reward's batch failed and was re-run one completion at a time, none counted as failed."""
+    with serve(_CutOff) as cut:
+        judge = EndpointJudge(cut, "judge", timeout_s=5.0, retries=0)
+        counters = JudgeCounters()
+        out = score_traces(judge, "directionality", [_prompt("given a"), _prompt("given b")], counters)
+    assert [(j.score, j.valid, j.reason) for j in out] == [(0.0, False, "judge call failed")] * 2
+    assert (counters.failed, counters.requests) == (2, 2)
+    assert judge.failures == 2 and "IncompleteRead" in judge.last_error
