@@ -303,6 +303,8 @@ class CachedJudge:
         unique = list(dict.fromkeys(keys[i] for i in missing))
         first = {k: next(i for i in missing if keys[i] == k) for k in unique}
         fresh = self.judge.reply([prompts[first[k]] for k in unique]) if unique else []
+        if len(fresh) != len(unique):  # zip would drop the rest, and a KeyError name a hash
+            raise ValueError(f"judge {self.judge_id!r} returned {len(fresh)} replies for {len(unique)} prompts")
         got = dict(zip(unique, fresh))
         with self._lock, self.write_path.open("a", encoding="utf-8") as f:
             for k, text in got.items():

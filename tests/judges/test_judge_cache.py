@@ -59,3 +59,15 @@ def test_each_process_appends_to_its_own_file_and_all_are_read_back(tmp_path, mo
     later = CachedJudge(Canned(), path, counters, process=0)  # the next run, process 0: every process's replies
     assert later.reply([_prompt("one"), _prompt("zero"), _prompt("twelve")]) == [VERDICT] * 3
     assert later.judge.asked == [] and counters.cache_hits == 3
+
+
+def test_a_judge_that_drops_replies_is_named_not_a_key_error(tmp_path):
+    import pytest
+
+    class Short(Canned):
+        def reply(self, prompts):
+            return super().reply(prompts)[:-1]
+
+    cached = CachedJudge(Short(), tmp_path / "c.jsonl")
+    with pytest.raises(ValueError, match="judge 'canned' returned 1 replies for 2 prompts"):
+        cached.reply([_prompt("a"), _prompt("b")])
