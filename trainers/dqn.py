@@ -232,6 +232,14 @@ def _one_update(graphdef, hp: Hyper, state: DQNState) -> tuple[DQNState, jax.Arr
     return state.replace(online=online, target=target, opt_state=opt_state, updates=updates, rng=keep), loss
 
 
+def buffer_slots(ptr, active_N, C: int) -> jax.Array:
+    """The buffer slot of each row's transition, int32[N] (C: not written). The k active rows go to ptr, ptr+1, ...
+    (mod C) in row order, as k appends to a FIFO; when k > C only the last C are written, the ones a FIFO keeps:
+    a scatter with a repeated slot leaves the winner unspecified (XLA on GPU), so no slot is written twice."""
+    rank = jnp.cumsum(jnp.asarray(active_N).astype(jnp.int32))  # 1-based among the active rows
+    return jnp.where(active_N & (rank > rank[-1] - C), (ptr + rank - 1) % C, C)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "hp"), donate_argnums=(1,))
 def observe_and_learn(graphdef, state: DQNState, obs_NxS, action_N, reward_N, done_N, next_NxS, active_N, *,
                       hp: Hyper) -> tuple[DQNState, dict]:
@@ -239,9 +247,8 @@ def observe_and_learn(graphdef, state: DQNState, obs_NxS, action_N, reward_N, do
     stored transition (a `fori_loop`: one compile whatever the count). Returns (state, metrics): the mean TD loss,
     the updates tried and how many of them were `skipped` (non-finite, not applied)."""
     C = state.buf_action_C.shape[0]
-    active = active_N.astype(jnp.int32)
-    k, filled = jnp.sum(active), state.buf_size
-    slot = jnp.where(active_N, (state.buf_ptr + jnp.cumsum(active) - 1) % C, C)  # C = dropped
+    k, filled = jnp.sum(active_N.astype(jnp.int32)), state.buf_size
+    slot = buffer_slots(state.buf_ptr, active_N, C)
     put = lambda buf, x: buf.at[slot].set(x.astype(buf.dtype), mode="drop")  # noqa: E731
     state = state.replace(
         buf_obs_Cx7=put(state.buf_obs_Cx7, obs_NxS), buf_action_C=put(state.buf_action_C, action_N),

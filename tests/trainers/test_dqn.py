@@ -279,3 +279,39 @@ def test_the_first_action_uses_the_decayed_epsilon():
                                                                                    dqn.Hyper.from_config(cfg))
     np.testing.assert_array_equal(env.actions[0], greedy)
     assert int(state.env_steps) >= 8 and float(state.epsilon) <= 1e-9 ** 2  # the last transition's rate
+
+
+def test_a_step_storing_more_than_the_buffer_keeps_the_last_transitions_as_a_fifo():
+    """Batched steps of 8 rows into a 3-slot buffer: the buffer equals a plain-Python FIFO fed one transition at a
+    time, and no slot is written twice in a step (a scatter's duplicate slots leave the winner unspecified on GPU;
+    this CPU happens to keep the last, so the slot check is what sees the duplicates)."""
+    import jax.numpy as jnp
+
+    from trainers import dqn
+
+    C = 3
+    cfg = _small_config().dqn
+    cfg.update(dict(buffer_size=C, batch_size=2))
+    graphdef, state = dqn.init_state(cfg, obs_dim=7, num_actions=5)
+    hp = dqn.Hyper.from_config(cfg)
+    fifo, ptr, serial = [None] * C, 0, 0
+    for mask in ([1, 1, 0, 1, 1, 1, 0, 1], [0, 1, 0, 0, 0, 0, 0, 0], [1] * 8, [0, 0, 1, 1, 0, 0, 0, 0], [1] * 7 + [0]):
+        active = np.asarray(mask, bool)
+        ids = serial + np.arange(8)  # a distinct number per row, stored in every field
+        obs = np.repeat(ids[:, None], 7, 1).astype(np.float32)
+        slots = np.asarray(dqn.buffer_slots(jnp.int32(ptr), jnp.asarray(active), C))
+        written = slots[slots < C]
+        assert len(written) == min(int(active.sum()), C) == len(set(written.tolist()))
+        for i in np.flatnonzero(active):  # the FIFO reference
+            fifo[ptr] = int(ids[i])
+            ptr = (ptr + 1) % C
+        serial += 8
+        state, _ = dqn.observe_and_learn(graphdef, state, jnp.asarray(obs), jnp.asarray(ids, jnp.int32),
+                                         jnp.asarray(ids, jnp.float32), jnp.asarray(ids % 2, jnp.float32),
+                                         jnp.asarray(obs + 0.5), jnp.asarray(active), hp=hp)
+        assert int(state.buf_ptr) == ptr
+        assert np.asarray(state.buf_action_C).tolist() == fifo
+        assert np.asarray(state.buf_reward_C).tolist() == fifo
+        assert np.asarray(state.buf_done_C).tolist() == [f % 2 for f in fifo]
+        np.testing.assert_array_equal(np.asarray(state.buf_obs_Cx7), np.repeat(np.asarray(fifo)[:, None], 7, 1))
+        np.testing.assert_array_equal(np.asarray(state.buf_next_Cx7), np.asarray(state.buf_obs_Cx7) + 0.5)
