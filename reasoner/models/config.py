@@ -3,7 +3,8 @@
 Families: `llama` (incl. Llama-3.x RoPE scaling, SmolLM2), `qwen2` (q/k/v bias), `qwen3`
 (per-head q/k RMSNorm), `mistral` (Llama's layout with sliding-window attention in every layer).
 `ModelConfig.from_hf_dict(d)` reads a `config.json` dict (both the transformers-5 `rope_parameters`
-form and the older top-level `rope_theta` / `rope_scaling`); `reasoner.models.gguf.config_from_gguf(reader)`
+form and the older top-level `rope_theta` / `rope_scaling`; a key it leaves out takes the default of transformers'
+config class of that family, `HF_DEFAULTS`); `reasoner.models.gguf.config_from_gguf(reader)`
 reads GGUF metadata; `to_hf_dict()` writes a `config.json` that `transformers.AutoModelForCausalLM` accepts.
 
 Sliding-window attention (`sliding_window` W > 0, in the layers `sliding_layers`): a query at slot i attends
@@ -25,6 +26,23 @@ from typing import Any
 
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
 ROPE_TYPES = ("default", "linear", "llama3")
+# What transformers 5's config classes (LlamaConfig, Qwen2Config, Qwen3Config, MistralConfig) give a key that a
+# config.json leaves out, so a hand-written config.json builds the model transformers builds from it. They differ
+# by family: Qwen2/Qwen3 default num_key_value_heads to 32 and Mistral to 8 (not num_attention_heads), Qwen3
+# head_dim to 128 (not hidden_size // num_attention_heads). None: derived (num_key_value_heads =
+# num_attention_heads, head_dim = hidden_size // num_attention_heads), as transformers derives a null value too.
+# The sizes (vocab_size, hidden_size, ...) have no default here: transformers' are a 7B model's, never what a
+# hand-written config meant, so their absence stays an error naming the file.
+HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"num_key_value_heads": None, "head_dim": None, "max_position_embeddings": 2048,
+              "bos_token_id": 1, "eos_token_id": 2},
+    "qwen2": {"num_key_value_heads": 32, "head_dim": None, "max_position_embeddings": 32768,
+              "bos_token_id": None, "eos_token_id": None, "sliding_window": 4096},
+    "qwen3": {"num_key_value_heads": 32, "head_dim": 128, "max_position_embeddings": 32768,
+              "bos_token_id": None, "eos_token_id": None, "sliding_window": 4096},
+    "mistral": {"num_key_value_heads": 8, "head_dim": None, "max_position_embeddings": 4096 * 32,
+                "bos_token_id": 1, "eos_token_id": 2, "sliding_window": 4096},
+}
 
 
 class UnsupportedModelError(ValueError):
@@ -136,6 +154,14 @@ class ModelConfig:
             raise UnsupportedModelError(f"{source}: hidden_act={d.get('hidden_act')!r}; expected 'silu'")
         heads = int(d["num_attention_heads"])
         num_layers = int(d["num_hidden_layers"])
+        kv_absent = "num_key_value_heads" not in d
+        d = {**HF_DEFAULTS[family], **d}  # a key written as null keeps its null (derived below), as in transformers
+        kv_heads = int(d["num_key_value_heads"] or heads)
+        if heads % kv_heads:
+            raise UnsupportedModelError(
+                f"{source}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}"
+                + (f" (the key is absent: transformers' {family} default); expected num_key_value_heads in "
+                   "config.json" if kv_absent else ""))
         window, window_layers = _sliding_window(d, family, num_layers, source)
         rope = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
         theta = float(rope.pop("rope_theta", d.get("rope_theta", 10000.0)))
@@ -157,7 +183,7 @@ class ModelConfig:
             intermediate_size=int(d["intermediate_size"]),
             num_layers=num_layers,
             num_heads=heads,
-            num_kv_heads=int(d.get("num_key_value_heads") or heads),
+            num_kv_heads=kv_heads,
             head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
             rope_theta=theta,
             rope_type=rope_type,
@@ -168,7 +194,7 @@ class ModelConfig:
             qkv_bias=True if family == "qwen2" else attention_bias,
             o_bias=False if family == "qwen2" else attention_bias,
             qk_norm=family == "qwen3",
-            max_position_embeddings=int(d.get("max_position_embeddings", 8192)),
+            max_position_embeddings=int(d["max_position_embeddings"]),
             bos_token_id=d.get("bos_token_id"),
             eos_token_id=eos_ids[0] if eos_ids else None,
             eos_token_ids=eos_ids,
@@ -224,10 +250,11 @@ class ModelConfig:
 
 
 def _sliding_window(d: dict[str, Any], family: str, num_layers: int, source: str) -> tuple[int, tuple[int, ...]]:
-    """(window, layers using it) from a config.json dict, as transformers 5 reads it (module docstring)."""
+    """(window, layers using it) from a config.json dict with `HF_DEFAULTS` filled in, as transformers 5 reads it
+    (module docstring)."""
     if family == "mistral":
         # transformers' MistralAttention windows every layer even when a config lists layer_types; so do we.
-        window = d.get("sliding_window", 4096)  # MistralConfig's default when the key is absent; null: none
+        window = d["sliding_window"]  # absent: MistralConfig's default (HF_DEFAULTS); null: none
         return (0, ()) if window is None else (_window_size(window, source), tuple(range(num_layers)))
     if family in ("qwen2", "qwen3"):
         if not d.get("use_sliding_window") or d.get("sliding_window") is None:
