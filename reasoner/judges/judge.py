@@ -183,7 +183,13 @@ class EndpointJudge:
 
 
 def _content_of(completion: dict) -> str:
-    content = completion["choices"][0]["message"].get("content")
+    """The reply's text. A reasoning judge (gpt-oss behind vLLM) that spends max_tokens thinking answers with no
+    content and finish_reason "length": that is its reply (empty: invalid, scored 0, cached), the same on every
+    retry at temperature 0, not a failed call to repeat. Any other non-string content is a bad body (retried)."""
+    choice = completion["choices"][0]
+    content = choice["message"].get("content")
+    if content is None and choice.get("finish_reason") == "length":
+        return ""
     if not isinstance(content, str):
         raise ValueError(f"message content is {type(content).__name__}, expected a string")
     return content

@@ -107,3 +107,24 @@ def test_a_reply_cut_off_mid_body_is_a_failed_call_not_a_raise():
     assert [(j.score, j.valid, j.reason) for j in out] == [(0.0, False, "judge call failed")] * 2
     assert (counters.failed, counters.requests) == (2, 2)
     assert judge.failures == 2 and "IncompleteRead" in judge.last_error
+
+
+class _Overthinks(ChatStub):
+    """A reasoning judge that spends its max_tokens thinking: no content, finish_reason "length"."""
+
+    def reply(self, body):
+        return 200, {"choices": [{"message": {"role": "assistant", "content": None, "reasoning_content": "Hmm..."},
+                                  "finish_reason": "length"}]}
+
+
+def test_a_reasoning_judge_out_of_tokens_is_an_invalid_reply_asked_once(tmp_path):
+    """It was a bad body: retried (the same reply at temperature 0), counted as a failed call, never cached, so
+    every later step asked again, retries included."""
+    with serve(_Overthinks) as url:
+        counters = JudgeCounters()
+        judge = CachedJudge(EndpointJudge(url, "judge", retries=2, backoff_s=0.0), tmp_path / "c.jsonl")
+        out = score_traces(judge, "directionality", [_prompt("given a")], counters)
+        again = score_traces(judge, "directionality", [_prompt("given a")], counters)
+        assert len(_Overthinks.bodies) == 1
+    assert [(j.score, j.valid, j.reason) for j in out + again] == [(0.0, False, "empty reply")] * 2
+    assert (counters.invalid, counters.failed, counters.cache_hits) == (2, 0, 1)
