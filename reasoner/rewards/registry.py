@@ -222,8 +222,9 @@ class CompositeReward:
         for r in rewards:
             if not math.isfinite(r.weight):
                 raise ValueError(f"reward {r.name!r} weight={r.weight}: expected a finite number")
-            if r.timeout_s is not None and r.timeout_s <= 0:
-                raise ValueError(f"reward {r.name!r} timeout_s={r.timeout_s}: expected > 0 or None")
+            t = r.timeout_s  # NaN passed `<= 0`, and every call then failed in thread.join as a counted error
+            if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
+                raise ValueError(f"reward {r.name!r} timeout_s={t!r}: expected a number of seconds > 0, or None")
         if isinstance(max_late_calls, bool) or not isinstance(max_late_calls, int) or max_late_calls < 1:
             raise ValueError(f"max_late_calls={max_late_calls!r}: expected an int >= 1")
         self.max_late_calls = max_late_calls

@@ -70,3 +70,10 @@ def test_a_late_call_that_takes_cancel_is_told_to_stop():
 def test_max_late_calls_is_checked(bad):
     with pytest.raises(ValueError, match="max_late_calls"):
         CompositeReward([WeightedReward("x", lambda cs, *, examples: [0.0] * len(cs))], max_late_calls=bad)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "60", True])
+def test_timeout_s_is_checked(bad):
+    """NaN was accepted; every call then raised in the deadline's join and each completion scored 0 as an error."""
+    with pytest.raises(ValueError, match="reward 'x' timeout_s="):
+        CompositeReward([WeightedReward("x", lambda cs, *, examples: [0.0] * len(cs), timeout_s=bad)])
