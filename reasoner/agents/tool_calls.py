@@ -13,6 +13,8 @@ that worked is recorded in `ToolCall.parse_mode`:
   4. "xml":       `<function=NAME><parameter=KEY>value</parameter></function>` (qwen3_coder);
   5. "text":      a plain-text call of a known tool, `z3_solve(smt_code="...")`, `finish("B")`,
                   `finish(answer=B)`, or a bare `{"name": ..., "arguments": ...}` object.
+A `<tool_call>` body none of these reads is left out of `parse_tool_calls`; `read_tool_calls` also returns it, with
+what is wrong (`Unreadable`), so an environment can answer it as a malformed call.
 """
 
 from __future__ import annotations
