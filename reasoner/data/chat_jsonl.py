@@ -12,7 +12,8 @@ Each line of `<split>.jsonl` (splits: train, validation, test; those present are
 assistant turns with tool (or user) turns between them: only the assistant tokens are trained
 (`reasoner.tokenization.encode_prompt_completion`), as Sequent-Prover's SFT and DPO on scratchpad trajectories
 need. An SFT (or KTO) completion ends with an assistant turn: `normalize_record` refuses one ending with a user or
-tool turn, for JSONL lines and `datasets` rows alike. An optional `"tools"` list (OpenAI tool schemas, TRL's `tools` column) is passed to the chat template.
+tool turn, for JSONL lines and `datasets` rows alike. An optional `"tools"` list (OpenAI tool schemas, TRL's `tools`
+column, also as one JSON string of the list) is passed to the chat template.
 Builder configs `sft` and `dpo` pick the schema; every field is stored as a JSON string feature so any chat shape
 survives the round trip. Records keep the file's order (no TFDS shuffling, so the rows equal those of the same file
 read through `reasoner.data.hf_datasets`) and their line number, so `prepare_sft` / `prepare_dpo` name
@@ -98,11 +99,24 @@ def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[s
             raise ValueError(f"{where}: the conversation ends with a {value[-1]['role']!r} turn; expected an SFT "
                              "conversation to end with an assistant turn (nothing would learn from what follows)")
         out[key] = value
-    tools = record.get("tools")
-    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-        raise ValueError(f"{where}: tools must be a list of tool schemas (objects), got {type(tools).__name__}")
-    out["tools"] = tools
+    out["tools"] = tool_schemas(record.get("tools"), where=where)
     return out
+
+
+def tool_schemas(tools, *, where: str) -> list[dict] | None:
+    """A record's `tools` -> the list of tool schemas (None: none); a ValueError naming `where` otherwise. TRL's
+    `tools` column may hold the list as one JSON string (schemas of mixed shapes fit no one Arrow type) and TRL's
+    SFTTrainer parses it: so do JSONL lines and `datasets` rows alike."""
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: tools must be a list of tool schemas (objects) or that list as one JSON "
+                             f"string; got a string that is not valid JSON ({err.msg})") from None
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise ValueError(f"{where}: tools must be a list of tool schemas (objects) or that list as one JSON "
+                         f"string, got {type(tools).__name__}")
+    return tools
 
 
 class ChatJsonl(tfds.core.GeneratorBasedBuilder):

@@ -152,18 +152,9 @@ def _drop_nones(value):
     return value
 
 
-def _tools(value, *, where: str):
-    if isinstance(value, str):  # tool schemas stored as one JSON string (mixed shapes do not fit one Arrow type)
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: tools is not valid JSON ({err.msg}); expected a list of tool schemas") from None
-    return _drop_nones(value)
-
-
 def example_from_row(row: dict[str, Any], *, kind: str, columns: tuple[str, ...], where: str) -> dict[str, Any]:
     """One dataset row in format `columns` -> our example dict (`chat_jsonl.normalize_record`'s, or {"text"})."""
-    from reasoner.data.chat_jsonl import normalize_record
+    from reasoner.data.chat_jsonl import normalize_record, tool_schemas
 
     if columns == ("text",):
         text = row["text"]
@@ -174,7 +165,7 @@ def example_from_row(row: dict[str, Any], *, kind: str, columns: tuple[str, ...]
     # DPO row without a prompt takes the implicit one (TRL's optional shared prompt)
     record = {k: _drop_nones(row[k]) for k in columns if row[k] is not None}
     if row.get("tools") is not None:
-        record["tools"] = _tools(row["tools"], where=where)
+        record["tools"] = tool_schemas(_drop_nones(row["tools"]), where=where)
     if kind == "kto":  # the unpaired format (paired rows are unpaired in `examples_of`)
         from reasoner.data.unpaired import normalize_unpaired
 

@@ -40,3 +40,28 @@ def test_a_conversation_ending_in_a_user_or_tool_turn_is_refused_by_every_input(
     built = build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")["train"]
     hf = load_chat_splits(root / "train.jsonl", kind="sft", cache_dir=tmp_path / "cache2")["train"]
     assert built[0] == hf[0] == normalized([good], kind="sft", split="train")[0]
+
+
+TOOLS = [{"type": "function", "function": {"name": "z3_solve", "description": "Run Z3.",
+                                           "parameters": {"type": "object", "properties": {}}}}]
+
+
+def test_tools_as_one_json_string_read_alike_from_every_input(tmp_path):
+    # TRL's `tools` column may be one JSON string of the schemas (TRL's SFTTrainer json.loads it): `datasets` rows
+    # parsed it, while the same JSONL line was refused ("tools must be a list of tool schemas (objects), got str")
+    from trainers.data import normalized
+
+    root = tmp_path / "jsonl"
+    root.mkdir()
+    rows = [{"prompt": GOOD[:1], "completion": GOOD[1:], "tools": json.dumps(TOOLS)}]
+    (root / "train.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    built = build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")["train"][0]
+    hf = load_chat_splits(root / "train.jsonl", kind="sft", cache_dir=tmp_path / "cache")["train"][0]
+    assert built == hf == normalized(rows, kind="sft", split="train")[0] and built["tools"] == TOOLS
+    bad = {**rows[0], "tools": "[{"}
+    (root / "train.jsonl").write_text(json.dumps(rows[0]) + "\n" + json.dumps(bad) + "\n")
+    expected = r": tools must be a list of tool schemas \(objects\) or that list as one JSON string; got a string"
+    with pytest.raises(ValueError, match=rf"train\.jsonl:2{expected}"):
+        build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")
+    with pytest.raises(ValueError, match=rf"mem, row 1{expected}"):
+        examples_of(datasets.Dataset.from_list([rows[0], bad]), kind="sft", name="mem")
