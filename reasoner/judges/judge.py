@@ -255,8 +255,8 @@ def cache_files(path: str | pathlib.Path) -> list[pathlib.Path]:
     process that appended to it, in process order."""
     path = pathlib.Path(path)
     pattern = re.compile(re.escape(path.stem) + r"\.p(\d+)" + re.escape(path.suffix))
-    others = sorted(((int(m.group(1)), f) for f in path.parent.glob(f"{path.stem}.p*{path.suffix}")
-                     if (m := pattern.fullmatch(f.name))), key=lambda pair: pair[0])
+    names = [f for f in path.parent.iterdir()] if path.parent.is_dir() else []  # not glob: a '[' in the name
+    others = sorted(((int(m.group(1)), f) for f in names if (m := pattern.fullmatch(f.name))), key=lambda p: p[0])
     return ([path] if path.exists() else []) + [f for _, f in others]
 
 

@@ -44,7 +44,7 @@ def test_each_process_appends_to_its_own_file_and_all_are_read_back(tmp_path, mo
     from reasoner import distributed
     from reasoner.judges.judge import cache_files
 
-    path = tmp_path / "judge_cache.jsonl"
+    path = tmp_path / "judge_cache[run1].jsonl"  # a glob metacharacter in the name is a name
     monkeypatch.setattr(distributed, "process_index", lambda: 1)
     p1 = CachedJudge(Canned(), path)
     p0 = CachedJudge(Canned(), path, process=0)
@@ -52,8 +52,9 @@ def test_each_process_appends_to_its_own_file_and_all_are_read_back(tmp_path, mo
     p0.reply([_prompt("zero")])
     p12 = CachedJudge(Canned(), path, process=12)
     p12.reply([_prompt("twelve")])
-    (tmp_path / "judge_cache.pX.jsonl").write_text("not a cache file\n")
-    assert cache_files(path) == [path, tmp_path / "judge_cache.p1.jsonl", tmp_path / "judge_cache.p12.jsonl"]
+    (tmp_path / "judge_cache[run1].pX.jsonl").write_text("not a cache file\n")
+    assert cache_files(path) == [path, *(tmp_path / f"judge_cache[run1].p{k}.jsonl" for k in (1, 12))]
+    assert cache_files(tmp_path / "absent" / "c.jsonl") == []
     assert [len(f.read_text().splitlines()) for f in cache_files(path)] == [1, 1, 1]
     counters = JudgeCounters()
     later = CachedJudge(Canned(), path, counters, process=0)  # the next run, process 0: every process's replies
