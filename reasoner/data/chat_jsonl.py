@@ -191,7 +191,7 @@ def _fingerprint(root: pathlib.Path) -> str:
 
 
 def _has_a_record(path: pathlib.Path) -> bool:
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:  # a byte order mark alone is no record
         return any(line.strip() for line in f)
 
 

@@ -28,15 +28,18 @@ def parse_object(line: str, *, where: str, what: str = "one JSON object per line
 
 
 def iter_lines(path, *, what: str = "one JSON object per line") -> Iterator[tuple[int, str]]:
-    """(1-based line number, text) of every non-blank line of `path`, decoded as UTF-8 line by line: a byte that
-    is not UTF-8 is a ValueError naming the file and line (a bare UnicodeDecodeError named neither)."""
+    """(1-based line number, text) of every non-blank line of `path`, decoded as UTF-8 line by line (a leading
+    byte order mark skipped): a byte that is not UTF-8 is a ValueError naming the file and line (a bare
+    UnicodeDecodeError named neither)."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; expected JSONL ({what})")
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8")
+                # a UTF-8 byte order mark (editors on Windows write one) starts the file, not the first record:
+                # `datasets` (pyarrow) skips it, so the same file reads alike through data.hf_path
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as err:
                 raise ValueError(f"{path}:{lineno}: not valid UTF-8 ({err.reason} at byte {err.start}); expected "
                                  f"{what} in UTF-8") from None

@@ -50,3 +50,22 @@ def test_only_process_0_writes_reports(tmp_path, monkeypatch):
     monkeypatch.setattr(distributed, "process_index", lambda: 1)
     paths = write_report([object()], tmp_path / "report", name="astar")
     assert paths["json"].endswith("astar.json") and not (tmp_path / "report").exists()
+
+
+def test_a_byte_order_mark_is_read_as_datasets_reads_it(tmp_path):
+    # a JSONL file saved with a UTF-8 BOM: `datasets` reads its records, our reader refused line 1 ("not valid JSON
+    # (Unexpected UTF-8 BOM ...)"), so the same file trained through data.hf_path but not through data.jsonl_dir
+    import datasets
+
+    path = tmp_path / "train.jsonl"
+    rows = [{"prompt": "Say yes.", "completion": "Yes."}, {"prompt": "Say no.", "completion": "\ufeffNo."}]
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    reference = datasets.load_dataset("json", data_files=str(path), cache_dir=str(tmp_path / "cache"))["train"]
+    assert read_jsonl(path) == reference.to_list() == rows  # a BOM inside a value is data, kept
+    from reasoner.data.chat_jsonl import build_chat_dataset
+
+    built = build_chat_dataset(tmp_path, kind="sft", data_dir=tmp_path / "tfds")["train"]
+    assert [built[i]["completion"] for i in range(len(built))] == ["Yes.", "\ufeffNo."]
+    path.write_bytes(b"\xef\xbb\xbf\n")  # a BOM alone is an empty file, named as one
+    with pytest.raises(ValueError, match=r"train\.jsonl is empty: expected one sft record per line"):
+        build_chat_dataset(tmp_path, kind="sft", data_dir=tmp_path / "tfds")
