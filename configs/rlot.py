@@ -13,7 +13,11 @@ Variants:
   "demo_tiny": the demo's every stage on a random 2-layer model and a handful of problems (tests, smoke runs).
 Transfer: any variant with `--config.demo.navigator=DIR --config.demo.model=OTHER` evaluates the navigator trained in
 DIR with another model (no training).
+Checks: `check(config)` (run before any model loads by `reasoner train` and `reasoner demo rlot`, and `check_dqn` /
+`check_episode_steps` again by `trainers.dqn.train_dqn` on its environment) stops a config the training cannot run.
 """
+
+import math
 
 import ml_collections
 
@@ -89,3 +93,43 @@ def get_config(variant=None) -> ml_collections.ConfigDict:
         return c
     raise ValueError(f"configs/rlot.py: unknown variant {variant!r}; expected one of None, 'cpu', 'tiny', 'paper', "
                      "'demo_tiny'")
+
+
+def check_dqn(dqn) -> None:
+    """A ValueError naming the first `dqn.*` number out of its range (in the jitted update a 0 divisor is silent:
+    `lr_decay_every=0` gave lr0 * 0.5 ** (5 // 0) = 4 lr0, `target_sync_every=0` a target synced at every update),
+    or a batch of episodes that does not divide the run, or a TD batch larger than the buffer (sampled without
+    replacement)."""
+    rules = {**{k: (lambda v: v >= 1 and v == int(v), "an integer >= 1") for k in (
+        "buffer_size", "batch_size", "episodes_per_batch", "num_episodes", "target_sync_every", "lr_decay_every",
+        "max_episode_steps")},
+        **{k: (lambda v: 0 <= v <= 1, "a number in [0, 1]") for k in ("gamma", "epsilon_start", "epsilon_floor")},
+        **{k: (lambda v: 0 < v <= 1, "a number in (0, 1]") for k in ("epsilon_decay", "lr_decay")},
+        "lr": (lambda v: v > 0, "a number > 0")}
+    for key, (ok, want) in rules.items():
+        v = dqn[key] if isinstance(dqn[key], (int, float)) and not isinstance(dqn[key], bool) else float("nan")
+        if not (math.isfinite(v) and ok(v)):
+            raise ValueError(f"dqn.{key}={dqn[key]!r}: expected {want}")
+    if int(dqn.num_episodes) % int(dqn.episodes_per_batch):
+        raise ValueError(f"dqn.num_episodes={dqn.num_episodes} must be a positive multiple of "
+                         f"dqn.episodes_per_batch={dqn.episodes_per_batch}")
+    if int(dqn.batch_size) > int(dqn.buffer_size):
+        raise ValueError(f"dqn.batch_size={dqn.batch_size}: expected at most dqn.buffer_size={dqn.buffer_size} "
+                         "(sampling is without replacement)")
+
+
+def check_episode_steps(dqn, longest, key: str) -> None:
+    """A ValueError when an episode may take more steps than `dqn.max_episode_steps` (`longest`, the bound that
+    `key` sets; None: unknown). The step loop sees it only after the episodes ran: on RL-of-Thoughts a batch of
+    LLM calls spent, then "still running after max_steps"."""
+    if longest is not None and int(dqn.max_episode_steps) < int(longest):
+        raise ValueError(f"dqn.max_episode_steps={dqn.max_episode_steps} is below {key}={longest}, the most steps an "
+                         f"episode can take; expected dqn.max_episode_steps >= {key}")
+
+
+def check(config) -> None:
+    """The errors a training run would otherwise meet after LLM calls (the direct pass, the first episodes): the
+    `dqn.*` numbers, and `dqn.max_episode_steps` below `env.max_depth` (a `ThoughtEnv` episode takes up to
+    `env.max_depth` steps: each step ends it or adds a block, and the max_depth-th block forces the answer)."""
+    check_dqn(config.dqn)
+    check_episode_steps(config.dqn, int(config.env.max_depth), "env.max_depth")

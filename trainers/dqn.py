@@ -14,10 +14,7 @@ non-finite guard, as for every trainer) -> `DQNResult`.
 
 The algorithm (Mnih et al. 2015 + van Hasselt's Double DQN + Wang's dueling head, as in the RLoT code):
   * epsilon-greedy on the online net; epsilon *= decay at every environment transition, floored, BEFORE the action
-    is chosen (the authors' loop: `self.epsilon = max(min_epsilon, self.epsilon * epsilon_decay)`, then
-    `choose_action`): transition t (1-based, counted over the whole run) explores with max(floor, start * decay**t),
-    so the first action already uses start * decay; in a batched step the active rows take consecutive t in row
-    order, the order their transitions are stored;
+    is chosen, as the authors' loop (`epsilons`: the first action already explores with start * decay);
   * transitions (s, a, r, done, s') go to a circular buffer of `buffer_size`; learning starts once it is full;
   * one update per stored transition: a uniform batch without replacement, a' = argmax_a Q_online(s', a),
     y = r + gamma * (1 - done) * Q_target(s', a'), loss = mean (Q_online(s, a) - y)^2, Adam;
@@ -174,8 +171,9 @@ def begin_batch(state: DQNState) -> tuple[DQNState, jax.Array]:
 
 def epsilons(hp: Hyper, env_steps, active_N) -> tuple[jax.Array, jax.Array]:
     """(epsilon of each row float32[N], epsilon of the step's last active row): the active rows are transitions
-    env_steps + 1, env_steps + 2, ... in row order, and transition t explores with max(floor, start * decay**t)
-    (module docstring: the authors decay before choosing). The closed form equals the authors' repeated
+    env_steps + 1, env_steps + 2, ... in row order, and transition t explores with max(floor, start * decay**t):
+    the authors' loop runs `self.epsilon = max(min_epsilon, self.epsilon * epsilon_decay)` and only then
+    `choose_action`, so its first action uses start * decay. The closed form equals the authors' repeated
     `max(floor, eps * decay)` (decay <= 1 keeps the floor a floor) without a float32 product drifting over a run."""
     rate = lambda t: jnp.maximum(  # noqa: E731
         hp.epsilon_start * jnp.power(jnp.float32(hp.epsilon_decay), t.astype(jnp.float32)), hp.epsilon_floor)
@@ -425,20 +423,16 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
     """
     import tempfile
 
+    from configs.rlot import check_dqn, check_episode_steps
     from reasoner.checkpoint import fingerprint
     from reasoner.metrics.curves import read_metrics
     from trainers.loop import run_loop
 
     cfg = _section(config)
-    _check_numbers(cfg)
-    n = int(cfg.episodes_per_batch)
-    num_episodes = int(cfg.num_episodes)
-    if n < 1 or num_episodes % n:
-        raise ValueError(f"dqn.num_episodes={num_episodes} must be a positive multiple of "
-                         f"dqn.episodes_per_batch={n}")
-    if int(cfg.batch_size) > int(cfg.buffer_size):
-        raise ValueError(f"dqn.batch_size={cfg.batch_size}: expected at most dqn.buffer_size={cfg.buffer_size} "
-                         "(sampling is without replacement)")
+    check_dqn(cfg)
+    check_episode_steps(cfg, getattr(env, "max_episode_length", None),
+                        getattr(env, "max_episode_length_key", f"{type(env).__name__}.max_episode_length"))
+    n, num_episodes = int(cfg.episodes_per_batch), int(cfg.num_episodes)
     obs_dim = int(getattr(env, "obs_dim", 7))
     graphdef, state = init_state(cfg, obs_dim=obs_dim, num_actions=int(getattr(env, "num_actions", 5)))
     hp = Hyper.from_config(cfg)
@@ -476,21 +470,6 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
                      preempted=result.preempted)
 
 
-def _check_numbers(cfg) -> None:
-    """A ValueError naming the first `dqn.*` number out of its range (in the jitted update a 0 divisor is silent:
-    `lr_decay_every=0` gave lr0 * 0.5 ** (5 // 0) = 4 lr0, `target_sync_every=0` a target synced at every update)."""
-    rules = {**{k: (lambda v: v >= 1 and v == int(v), "an integer >= 1") for k in (
-        "buffer_size", "batch_size", "episodes_per_batch", "num_episodes", "target_sync_every", "lr_decay_every",
-        "max_episode_steps")},
-        **{k: (lambda v: 0 <= v <= 1, "a number in [0, 1]") for k in ("gamma", "epsilon_start", "epsilon_floor")},
-        **{k: (lambda v: 0 < v <= 1, "a number in (0, 1]") for k in ("epsilon_decay", "lr_decay")},
-        "lr": (lambda v: v > 0, "a number > 0")}
-    for key, (ok, want) in rules.items():
-        v = cfg[key] if isinstance(cfg[key], (int, float)) and not isinstance(cfg[key], bool) else float("nan")
-        if not (np.isfinite(v) and ok(v)):
-            raise ValueError(f"dqn.{key}={cfg[key]!r}: expected {want}")
-
-
 @dataclasses.dataclass(frozen=True)
 class DQNRun:
     """The DQN's run for `trainers.loop.run_loop` (`LoopRun`): config with a `train` section, the state, no mesh
@@ -513,14 +492,7 @@ def _loop_config(config, cfg) -> ml_collections.ConfigDict:
 
 
 def train(config, *, workdir, progress: bool = True) -> DQNResult:
-    """`reasoner train configs/rlot.py[:variant] --workdir DIR`: the navigator on the RL-of-Thoughts environment the
-    config describes (the direct-answer pass over `demo.train_pool`, then `train_dqn` on the failed problems)."""
-    from reasoner.agents.rlot.setup import training_env
+    """`reasoner train configs/rlot.py[:variant] --workdir DIR`: `reasoner.agents.rlot.setup.train_navigator`."""
+    from reasoner.agents.rlot.setup import train_navigator
 
-    def log(b, stats, record):
-        if progress:
-            print(f"[dqn] batch {b}: episodes {record['episodes']}, mean return {record['mean_return']:.3f}, "
-                  f"loss {record['loss']:.4f}, epsilon {record['epsilon']:.3f}", flush=True)
-
-    _check_numbers(_section(config))  # before the model loads and the direct pass runs
-    return train_dqn(training_env(config), config, workdir=workdir, on_batch=log, progress=progress)
+    return train_navigator(config, workdir=workdir, progress=progress)

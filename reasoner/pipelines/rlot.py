@@ -118,6 +118,10 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     tick = time.perf_counter()
     source = str(d.get("navigator", "") or "")
     loaded = load_navigator(source) if source else None  # before the model: a wrong path fails in seconds
+    if loaded is None:
+        from configs.rlot import check
+
+        check(config)  # likewise a config the training cannot run (not after the direct pass)
     model, tokenizer = load_model_and_tokenizer(d.model)
     pool, test = split_problems(config)
     lm = SamplerLM(model, tokenizer, max_new_tokens=int(e.max_new_tokens), max_len=int(d.max_len), seed=int(d.seed))

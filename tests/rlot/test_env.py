@@ -199,3 +199,20 @@ def test_refine_appends_its_rewrite_after_the_step_it_refines():
         assert not e.done and e.blocks == [REASON, REFINE] and e.depth == 2
         assert len(e.steps) == 2 and e.steps[0] == f
     assert prm.seen == [e.steps for e in env.episodes]  # the rewrite is the latest step the reward scores
+
+
+def test_an_episode_bound_below_max_depth_fails_before_any_llm_call():
+    """A ThoughtEnv episode takes up to max_depth steps; with dqn.max_episode_steps below it the first batch spent its
+    LLM calls (root evaluations, blocks) and then stopped with "still running after max_steps"."""
+    from configs.rlot import get_config
+    from trainers.dqn import train_dqn
+
+    lm = CountingLM(RuleLM())
+    env = ThoughtEnv(lm, PROBLEMS, max_depth=6, max_width=3)
+    assert env.max_episode_length == 6
+    config = get_config("tiny")
+    config.dqn.update(dict(max_episode_steps=4, episodes_per_batch=8, num_episodes=8))
+    with pytest.raises(ValueError, match=r"dqn\.max_episode_steps=4 is below env\.max_depth=6.*expected "
+                                         r"dqn\.max_episode_steps >= env\.max_depth"):
+        train_dqn(env, config)
+    assert lm.calls == 0

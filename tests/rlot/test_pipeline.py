@@ -44,3 +44,28 @@ def test_a_preempted_navigator_is_not_evaluated(tmp_path, shared_data, monkeypat
     config = load_config("configs/rlot.py:demo_tiny", [f"--config.demo.data_root={shared_data}"])
     assert rlot.run(config, workdir=tmp_path, progress=False) == {"preempted": "train", "episodes_trained": 4}
     assert not (tmp_path / "report" / "report.json").exists()
+
+
+@pytest.mark.parametrize("override,message", [
+    (["--config.env.max_depth=8", "--config.dqn.max_episode_steps=5"],
+     r"dqn\.max_episode_steps=5 is below env\.max_depth=8"),
+    (["--config.dqn.lr=0.0"], r"dqn\.lr=0\.0: expected a number > 0"),
+    (["--config.dqn.batch_size=7"], r"dqn\.batch_size=7: expected at most dqn\.buffer_size=6")])
+def test_a_config_the_training_cannot_run_fails_before_the_model_loads(tmp_path, monkeypatch, override, message):
+    # `reasoner demo rlot` and `reasoner train` checked these only in train_dqn, after the model loaded and the
+    # direct-answer pass ran (and the episode bound not at all: the first batch of episodes ran out of steps)
+    from reasoner.agents.rlot import setup
+    from reasoner.config import load_config
+    from reasoner.pipelines import rlot
+    from trainers import dqn
+
+    def no_model(*args, **kw):
+        raise AssertionError("the config check must come before the model loads")
+
+    monkeypatch.setattr(rlot, "load_model_and_tokenizer", no_model)
+    monkeypatch.setattr(setup, "load_model_and_tokenizer", no_model)
+    config = load_config("configs/rlot.py:demo_tiny", override)
+    with pytest.raises(ValueError, match=message):
+        rlot.run(config, workdir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match=message):
+        dqn.train(config, workdir=tmp_path / "train", progress=False)

@@ -82,6 +82,7 @@ class ThoughtEnv:
 
     obs_dim = 7
     num_actions = 5
+    max_episode_length_key = "env.max_depth"  # the config key that bounds an episode (`trainers.dqn` names it)
 
     def __init__(self, lm, problems: Sequence[Problem] = (), *, prm=None, max_depth: int = 5, max_width: int = 5,
                  max_new_tokens: int | None = None, eval_max_new_tokens: int | None = None):
@@ -98,6 +99,12 @@ class ThoughtEnv:
         self.unparsed_states = 0  # self-evaluation replies with no score at all (all-zero state)
         self.evaluated_states = 0
         self.stage_log: list[tuple[str, list[int]]] = []  # (stage, episode rows) of every LLM call, in order
+
+    @property
+    def max_episode_length(self) -> int:
+        """The most `step` calls an episode takes: each one ends it or adds a block, and the max_depth-th block
+        forces the answer in the same step. `trainers.dqn.train_dqn` checks its step bound against this."""
+        return self.max_depth
 
     # ------------------------------------------------------------------------------------------ protocol
 
