@@ -343,6 +343,9 @@ def _why_unreadable(body: str) -> str:
     form = 'expected <tool_call>{"name": <tool name>, "arguments": {<argument>: <value>, ...}}</tool_call>'
     if not body:
         return f"the <tool_call> tag is empty; {form}"
+    if "<function=" in body:  # the qwen3_coder form: answer in its terms, not JSON's
+        return ("the <function=NAME> call has no readable NAME (letters, digits, '_', '.', '-'); expected "
+                "<tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>")
     try:
         obj = json.loads(_unfenced(body))
     except ValueError as err:

@@ -55,6 +55,8 @@ def test_no_call(reply):
     ("<tool_call>not json at all</tool_call>", ["not valid JSON (Expecting value at line 1 column 1)"]),
     ('<tool_call>{"arguments": {"x": 1}}</tool_call>', ['no "name" string (keys: [\'arguments\'])']),
     ("<tool_call>[1, 2]</tool_call>", ["a JSON list, not an object"]),
+    ("<tool_call><function=z3 solve><parameter=smt_code>x</parameter></function></tool_call>",
+     ["<function=NAME> call has no readable NAME"]),
     # the plain-text fallback read the call out of the tag: nothing to report
     ('<tool_call>finish(answer="B")</tool_call>', []),
     ('<tool_call>{"name": "finish", "arguments": {"answer": "A"}}</tool_call><tool_call>oops</tool_call>',
