@@ -12,8 +12,9 @@ Each line of `<split>.jsonl` (splits: train, validation, test; those present are
 assistant turns with tool (or user) turns between them: only the assistant tokens are trained
 (`reasoner.tokenization.encode_prompt_completion`), as Sequent-Prover's SFT and DPO on scratchpad trajectories
 need. An SFT (or KTO) completion ends with an assistant turn: `normalize_record` refuses one ending with a user or
-tool turn, for JSONL lines and `datasets` rows alike. An optional `"tools"` list (OpenAI tool schemas, TRL's `tools`
-column, also as one JSON string of the list) is passed to the chat template.
+tool turn, for JSONL lines and `datasets` rows alike. An assistant message may call tools in OpenAI's form
+(`tool_calls` and no content; its content is then null, as TRL passes it to the template). An optional `"tools"`
+list (OpenAI tool schemas, TRL's `tools` column, also as one JSON string of the list) is passed to the chat template.
 Builder configs `sft` and `dpo` pick the schema; every field is stored as a JSON string feature so any chat shape
 survives the round trip. Records keep the file's order (no TFDS shuffling, so the rows equal those of the same file
 read through `reasoner.data.hf_datasets`) and their line number, so `prepare_sft` / `prepare_dpo` name
@@ -40,15 +41,24 @@ SPLITS = ("train", "validation", "test")
 FIELDS = {"sft": ("completion",), "dpo": ("chosen", "rejected")}
 
 
+def _calls_tools(m: dict) -> bool:
+    """An assistant message that only calls tools (OpenAI's and TRL's tool-calling format): `tool_calls` and no
+    content (absent or null). TRL hands it to the chat template with content None (Arrow fills the key), and so
+    do we: templates that render tool calls (Qwen's, Llama 3.1's) test for it."""
+    return m.get("role") == "assistant" and m.get("content") is None and isinstance(m.get("tool_calls"), list) \
+        and bool(m["tool_calls"])
+
+
 def _messages(value, *, where: str, field: str) -> list[dict]:
     if isinstance(value, str) and field != "messages":  # a conversation is always a list
         return [{"role": "user", "content": value}] if field == "prompt" else value
     if not (isinstance(value, list) and value and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            isinstance(m, dict) and isinstance(m.get("role"), str) and (isinstance(m.get("content"), str)
+                                                                        or _calls_tools(m))
             for m in value)):
         raise ValueError(f"{where}: {field} must be {'a string or ' * (field != 'messages')}a non-empty list of "
-                         "{role, content} messages")
-    return [dict(m) for m in value]
+                         "{role, content} messages (or assistant messages with tool_calls)")
+    return [{**m, "content": m.get("content")} for m in value]
 
 
 def _split_at_first_assistant(messages: list[dict], *, where: str, field: str) -> tuple[list[dict], list[dict]]:

@@ -73,3 +73,40 @@ def test_a_template_that_renders_the_prompt_differently_is_still_refused_on_the_
     counted.chat_template = "{{ messages | length }}" + MARKED_SMOLLM2
     with pytest.raises(ValueError, match=r"x\.jsonl:2: chat template is not prefix-stable"):
         encode_sft_example(counted, {"prompt": PROMPT, "completion": "Hello"}, where="x.jsonl:2")
+
+
+# SmolLM2's layout with tool calls rendered Qwen-style, once with TRL's {% generation %} markers and once without
+TOOL_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}{% if message['role'] == 'assistant' %}"
+    "[G]{% if message.content %}{{ message.content }}{% endif %}{% if message.tool_calls %}"
+    "{% for call in message.tool_calls %}{{ '<tool_call>' + (call.function | tojson) + '</tool_call>' }}{% endfor %}"
+    "{% endif %}{{ '<|im_end|>\\n' }}[/G]{% else %}{{ message['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CALL = {"type": "function", "function": {"name": "z3_solve", "arguments": {"smt_code": "(check-sat)"}}}
+TOOL_CONVERSATION = [{"role": "user", "content": "Is Max sour?"}, {"role": "assistant", "tool_calls": [CALL]},
+                     {"role": "tool", "content": "unsat"}, {"role": "assistant", "content": "No."}]
+
+
+def test_assistant_messages_that_only_call_tools_train_as_trl_does(tokenizer, tmp_path):
+    # {"role": "assistant", "tool_calls": [...]} without content (OpenAI's and TRL's format): TRL trains it, we
+    # refused every such row ("messages must be a non-empty list of {role, content} messages")
+    import json
+
+    from reasoner.data.chat_jsonl import build_chat_dataset
+    from reasoner.data.hf_datasets import examples_of
+
+    (tmp_path / "train.jsonl").write_text(json.dumps({"messages": TOOL_CONVERSATION}) + "\n")
+    built = build_chat_dataset(tmp_path, kind="sft", data_dir=tmp_path / "tfds")["train"][0]
+    marked, plain = copy.copy(tokenizer), copy.copy(tokenizer)
+    marked.chat_template = TOOL_TEMPLATE.replace("[G]", "{% generation %}").replace("[/G]", "{% endgeneration %}")
+    plain.chat_template = TOOL_TEMPLATE.replace("[G]", "").replace("[/G]", "")
+    example = examples_of(datasets.Dataset.from_list([{"messages": TOOL_CONVERSATION}]), kind="sft", name="m")[0]
+    assert example == built and example["completion"][0] == {**TOOL_CONVERSATION[1], "content": None}
+    ref_ids, ref_trained = trl_labels(marked, {"messages": TOOL_CONVERSATION}, assistant_only_loss=True)
+    assert '<tool_call>{"name": "z3_solve"' in marked.decode([i for i, t in zip(ref_ids, ref_trained) if t])
+    for tok in (marked, plain):
+        pc = encode_sft_example(tok, example, where="m, row 0")
+        assert (list(pc.ids), list(pc.completion_mask)) == (ref_ids, ref_trained)
+    # a template that renders no tool calls (SmolLM2's reads message['content']): an error naming the row
+    with pytest.raises(ValueError, match=r"^m, row 0: 'dict object' has no attribute 'content'"):
+        encode_sft_example(tokenizer, example, where="m, row 0")
