@@ -5,6 +5,7 @@ Each line of `<split>.jsonl` (splits: train, validation, test; those present are
   SFT: {"prompt": [{"role", "content"}, ...], "completion": "assistant text" | [messages after the prompt]}
        {"messages": [...]}   (TRL's conversational format: the prompt is everything before the first assistant
                               turn, the completion everything from it on)
+       {"text": "..."}       (TRL's language-modelling format: every token trained, EOS appended)
   DPO: {"prompt": [...], "chosen": text | [messages], "rejected": text | [messages]}
        {"chosen": [...], "rejected": [...]}   (TRL's implicit prompt: the messages both share form the prompt)
 
@@ -69,18 +70,28 @@ def _split_at_first_assistant(messages: list[dict], *, where: str, field: str) -
 
 
 def parse_line(line: str, *, kind: str, where: str) -> dict[str, Any]:
-    """One JSONL line -> {"prompt": JSON, <fields>: JSON, "tools": JSON}; clear errors name `where`."""
+    """One JSONL line -> {"prompt": JSON, <fields>: JSON, "tools": JSON} (sft: and "text", null but in a {text}
+    record, whose other fields are null); clear errors name `where`."""
     from reasoner.data.jsonl import parse_object
 
     record = parse_object(line, where=where, what=f"a {kind} record (prompt and {', '.join(FIELDS[kind])})")
-    return {k: json.dumps(v, ensure_ascii=False) for k, v in normalize_record(record, kind=kind, where=where).items()}
+    out = normalize_record(record, kind=kind, where=where)
+    if kind == "sft":  # every TFDS example holds every feature
+        out = {"prompt": None, "completion": None, "tools": None, "text": None, **out}
+    return {k: json.dumps(v, ensure_ascii=False) for k, v in out.items()}
 
 
 def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[str, Any]:
-    """One record (any accepted shape) -> {"prompt": [messages], <fields>: str | [messages], "tools": list | None},
-    the plain dicts `DecodedSource` serves; clear errors name `where`. Shared by the JSONL builder and
-    `reasoner.data.hf_datasets`, so both sources feed the trainers identical examples."""
+    """One record (any accepted shape) -> {"prompt": [messages], <fields>: str | [messages], "tools": list | None}
+    (or an SFT {"text"} record, TRL's language-modelling format: {"text": str}), the plain dicts `DecodedSource`
+    serves; clear errors name `where`. Shared by the JSONL builder and `reasoner.data.hf_datasets`, so both sources
+    feed the trainers identical examples."""
     record = dict(record)
+    if kind == "sft" and "text" in record and not {"prompt", "messages", "completion"} & set(record):
+        text = record["text"]
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{where}: text must be a non-empty string, got {text!r:.80}")
+        return {"text": text}
     if kind == "sft" and "messages" in record and "prompt" not in record:
         messages = _messages(record["messages"], where=where, field="messages")
         record["prompt"], record["completion"] = _split_at_first_assistant(messages, where=where, field="messages")
@@ -97,7 +108,7 @@ def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[s
     missing = [k for k in ("prompt", *FIELDS[kind]) if k not in record]
     if missing:
         raise ValueError(f"{where}: missing {missing}; a {kind} record needs prompt and {list(FIELDS[kind])}"
-                         + (" (or TRL's messages)" if kind == "sft" else ""))
+                         + (" (or TRL's messages, or text)" if kind == "sft" else ""))
     out = {"prompt": _messages(record["prompt"], where=where, field="prompt")}
     for key in FIELDS[kind]:
         value = _messages(record[key], where=where, field=key)
@@ -132,8 +143,8 @@ def tool_schemas(tools, *, where: str) -> list[dict] | None:
 class ChatJsonl(tfds.core.GeneratorBasedBuilder):
     """Chat prompt/completion (sft) or prompt/chosen/rejected (dpo) examples from JSONL files."""
 
-    VERSION = tfds.core.Version("1.2.0")  # 1.2: file order, line numbers; 1.1: every field JSON, multi-turn, tools
-    RELEASE_NOTES = {"1.2.0": "records in file order with their line number",
+    VERSION = tfds.core.Version("1.3.0")  # 1.3: sft {text}; 1.2: file order, line numbers; 1.1: every field JSON
+    RELEASE_NOTES = {"1.3.0": "sft: TRL's {text} records", "1.2.0": "records in file order with their line number",
                      "1.1.0": "completions as text or messages; TRL formats; tools", "1.0.0": "prompt + text"}
     BUILDER_CONFIGS = [
         tfds.core.BuilderConfig(name="sft", description="prompt messages + completion"),
@@ -144,6 +155,8 @@ class ChatJsonl(tfds.core.GeneratorBasedBuilder):
     def _info(self) -> tfds.core.DatasetInfo:
         fields = {"prompt": tfds.features.Text(), "tools": tfds.features.Text(), "line": np.int64}
         fields.update({k: tfds.features.Text() for k in FIELDS[self.builder_config.name]})
+        if self.builder_config.name == "sft":
+            fields["text"] = tfds.features.Text()
         # keys are line numbers: without shuffling TFDS writes the records in that order
         return self.dataset_info_from_configs(features=tfds.features.FeaturesDict(fields), disable_shuffling=True)
 
@@ -179,9 +192,12 @@ class DecodedSource:
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         raw = self._source[index]
+        self._last_line = (index, int(raw["line"]) if "line" in raw else None)
+        text = json.loads(_decode(raw["text"])) if "text" in raw else None  # absent in a builder before 1.3
+        if text is not None:
+            return {"text": text}
         out = {"prompt": json.loads(_decode(raw["prompt"])), "tools": json.loads(_decode(raw["tools"]))}
         out.update({k: json.loads(_decode(raw[k])) for k in self._fields})
-        self._last_line = (index, int(raw["line"]) if "line" in raw else None)
         return out
 
     def where(self, index: int) -> str | None:

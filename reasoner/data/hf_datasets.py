@@ -157,10 +157,7 @@ def example_from_row(row: dict[str, Any], *, kind: str, columns: tuple[str, ...]
     from reasoner.data.chat_jsonl import normalize_record, tool_schemas
 
     if columns == ("text",):
-        text = row["text"]
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{where}: text must be a non-empty string, got {text!r:.80}")
-        return {"text": text}
+        return normalize_record({"text": row["text"]}, kind="sft", where=where)
     # a None cell (a row without that field in a JSON file) is a missing field: normalize_record names it, and a
     # DPO row without a prompt takes the implicit one (TRL's optional shared prompt)
     record = {k: _drop_nones(row[k]) for k in columns if row[k] is not None}

@@ -65,3 +65,26 @@ def test_tools_as_one_json_string_read_alike_from_every_input(tmp_path):
         build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")
     with pytest.raises(ValueError, match=rf"mem, row 1{expected}"):
         examples_of(datasets.Dataset.from_list([rows[0], bad]), kind="sft", name="mem")
+
+
+def test_text_records_train_alike_from_jsonl_and_datasets(tokenizer, tmp_path):
+    # TRL's language-modelling format {"text"}: `datasets` rows trained every token, the same JSONL line was refused
+    # ("missing ['prompt', 'completion']")
+    from reasoner.data.pipeline import prepare_sft
+
+    root = tmp_path / "jsonl"
+    root.mkdir()
+    rows = [{"text": "All cats are grey."}, {"text": "Max is sour."}]
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    built = build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")["train"]
+    hf = load_chat_splits(root / "train.jsonl", kind="sft", cache_dir=tmp_path / "cache")["train"]
+    assert [built[i] for i in range(2)] == list(hf.rows) == rows
+    a, b = (prepare_sft(source, tokenizer, seq_len=32, packing=False)[0] for source in (built, hf))
+    assert all((a[k] == b[k]).all() for k in a) and a["loss_mask"].sum() == sum(
+        len(tokenizer(r["text"])["input_ids"]) + 1 for r in rows)
+    (root / "train.jsonl").write_text(json.dumps(rows[0]) + "\n" + json.dumps({"text": " "}) + "\n")
+    expected = r": text must be a non-empty string, got ' '"
+    with pytest.raises(ValueError, match=rf"train\.jsonl:2{expected}"):
+        build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")
+    with pytest.raises(ValueError, match=rf"row 1{expected}"):
+        load_chat_splits(root / "train.jsonl", kind="sft", cache_dir=tmp_path / "cache2")
