@@ -169,22 +169,25 @@ def test_a_width_or_depth_below_one_is_an_error():
         ThoughtEnv(RuleLM(), PROBLEMS, max_depth=0)
 
 
+class Unfinished(RuleLM):
+    """Check-finished always says no: an episode ends only by Terminate or the depth limit."""
+
+    def generate(self, prompts, *, max_new_tokens=None):
+        out = super().generate(prompts, max_new_tokens=max_new_tokens)
+        return [Generation("No.", 1, 1) if p.endswith(P.CHECK_FINISHED) else g for p, g in zip(prompts, out)]
+
+
 def test_refine_appends_its_rewrite_after_the_step_it_refines():
     """The authors' `refine_thought` extends the node's text with a new "STEP n: ... we refine the previous step"
     and appends the rewrite to the PRM's steps; the original step stays (an earlier version overwrote it, so the PRM
     and every later prompt lost it). The PRM scores both steps, the rewrite last."""
-
-    class Unfinished(RuleLM):  # check-finished always says no: both episodes run on
-        def generate(self, prompts, *, max_new_tokens=None):
-            out = super().generate(prompts, max_new_tokens=max_new_tokens)
-            return [Generation("No.", 1, 1) if p.endswith(P.CHECK_FINISHED) else g for p, g in zip(prompts, out)]
 
     class RecordingPRM(VerifierPRM):
         def score(self, questions, steps):
             self.seen = [list(s) for s in steps]
             return super().score(questions, steps)
 
-    prm, lm = RecordingPRM(arithmetic_check), Unfinished()
+    prm, lm = RecordingPRM(arithmetic_check), Unfinished()  # both episodes run on
     env = ThoughtEnv(lm, PROBLEMS[:2], prm=prm, max_depth=4, max_width=3)
     env.reset_problems(PROBLEMS[:2])
     env.step([REASON, REASON])
@@ -216,3 +219,7 @@ def test_an_episode_bound_below_max_depth_fails_before_any_llm_call():
                                          r"dqn\.max_episode_steps >= env\.max_depth"):
         train_dqn(env, config)
     assert lm.calls == 0
+    # the bound is tight: never terminating, an episode ends at step max_depth, not before
+    env = ThoughtEnv(Unfinished(), PROBLEMS[:2], max_depth=3, max_width=3)
+    env.reset_problems(PROBLEMS[:2])
+    assert [bool(env.step([REASON, DEBATE])[2].all()) for _ in range(env.max_episode_length)] == [False, False, True]
