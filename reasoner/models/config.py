@@ -148,9 +148,9 @@ class ModelConfig:
                 f"{source}: unsupported model_type {model_type!r} (architectures={archs}); "
                 f"expected one of {', '.join(FAMILIES)}"
             )
-        if d.get("mlp_bias"):
+        if family == "llama" and d.get("mlp_bias"):  # only LlamaMLP reads it: the others build no MLP bias
             raise UnsupportedModelError(f"{source}: mlp_bias=true is not supported")
-        if d.get("hidden_act", "silu") != "silu":
+        if d.get("hidden_act", "silu") not in ("silu", "swish"):  # transformers' ACT2FN: "swish" is SiLU too
             raise UnsupportedModelError(f"{source}: hidden_act={d.get('hidden_act')!r}; expected 'silu'")
         heads = int(d["num_attention_heads"])
         num_layers = int(d["num_hidden_layers"])
@@ -175,7 +175,9 @@ class ModelConfig:
             raise UnsupportedModelError(f"{source}: rope_type {rope_type!r} needs {missing}")
         eos = d.get("eos_token_id")
         eos_ids = tuple(int(i) for i in eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
-        attention_bias = bool(d.get("attention_bias", False))
+        # the biases each family's attention builds: Llama's and Qwen3's from attention_bias, Qwen2's q/k/v always,
+        # Mistral's never (MistralAttention ignores attention_bias)
+        attention_bias = family in ("llama", "qwen3") and bool(d.get("attention_bias", False))
         cfg = dict(
             family=family,
             vocab_size=int(d["vocab_size"]),

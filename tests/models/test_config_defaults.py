@@ -67,3 +67,24 @@ def test_an_absent_kv_head_count_that_does_not_divide_the_heads_names_the_defaul
                                                     r"default\); expected num_key_value_heads in config\.json$"):
         ModelConfig.from_hf_dict(d, source="x/config.json")
     assert ModelConfig.from_hf_dict({**d, "num_key_value_heads": 2}).num_kv_heads == 2
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("extra", [{"attention_bias": True}, {"mlp_bias": True}, {"hidden_act": "swish"}])
+def test_biases_and_activation_read_as_each_familys_model_builds_them(family, extra):
+    # Mistral's attention has no bias whatever attention_bias says (we built q/k/v/o biases), Qwen2/Qwen3/Mistral
+    # MLPs have none whatever mlp_bias says (we refused the config), and ACT2FN's "swish" is SiLU (we refused it)
+    d = {"model_type": family, **SIZES, "num_key_value_heads": 8, **extra}
+    if family == "llama" and extra.get("mlp_bias"):
+        with pytest.raises(UnsupportedModelError, match="mlp_bias=true is not supported"):  # Llama's MLP has one
+            ModelConfig.from_hf_dict(d)
+        return
+    t = transformers.AutoConfig.for_model(**d)
+    with torch.device("meta"):
+        layer = transformers.AutoModelForCausalLM.from_config(t).model.layers[0]
+    ours = ModelConfig.from_hf_dict(d)
+    attn = layer.self_attn
+    assert (ours.qkv_bias, ours.o_bias) == (attn.q_proj.bias is not None, attn.o_proj.bias is not None)
+    x = torch.linspace(-4, 4, 9)
+    act = transformers.activations.ACT2FN[t.hidden_act]
+    assert layer.mlp.gate_proj.bias is None and torch.equal(act(x), torch.nn.functional.silu(x))
