@@ -5,6 +5,7 @@ Each line of `<split>.jsonl` (splits: train, validation, test; those present are
   SFT: {"prompt": [{"role", "content"}, ...], "completion": "assistant text" | [messages after the prompt]}
        {"messages": [...]}   (TRL's conversational format: the prompt is everything before the first assistant
                               turn, the completion everything from it on)
+       {"conversations": [{"from", "value"}, ...]}   (TRL's ShareGPT-style form of the same, keys renamed)
        {"text": "..."}       (TRL's language-modelling format: every token trained, EOS appended)
   DPO: {"prompt": [...], "chosen": text | [messages], "rejected": text | [messages]}
        {"chosen": [...], "rejected": [...]}   (TRL's implicit prompt: the messages both share form the prompt)
@@ -87,6 +88,13 @@ def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[s
     serves; clear errors name `where`. Shared by the JSONL builder and `reasoner.data.hf_datasets`, so both sources
     feed the trainers identical examples."""
     record = dict(record)
+    if kind == "sft" and "conversations" in record and not {"messages", "prompt"} & set(record):
+        # TRL's ShareGPT-style column: {"from", "value"} messages, read as TRL's maybe_convert_to_chatml reads them
+        # (the keys renamed to role and content, the roles kept)
+        names = {"from": "role", "value": "content"}
+        conversation = record.pop("conversations")
+        record["messages"] = [{names.get(k, k): v for k, v in m.items()} if isinstance(m, dict) else m
+                              for m in conversation] if isinstance(conversation, list) else conversation
     if kind == "sft" and "text" in record and not {"prompt", "messages", "completion"} & set(record):
         text = record["text"]
         if not isinstance(text, str) or not text.strip():

@@ -12,6 +12,7 @@ chat template):
 
   sft     ["messages"]                       conversational: the prompt is everything before the first assistant
                                              turn, the completion the rest, which must end with an assistant turn
+          ["conversations"]                  the same as {"from", "value"} messages (TRL's ShareGPT-style form)
           ["prompt", "completion"]           message lists (conversational) or strings (plain)
           ["text"]                           plain language modelling: every token trained
   dpo     ["prompt", "chosen", "rejected"]   message lists or strings
@@ -37,7 +38,7 @@ import pathlib
 from typing import Any
 
 FORMATS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "sft": (("messages",), ("prompt", "completion"), ("text",)),
+    "sft": (("messages",), ("conversations",), ("prompt", "completion"), ("text",)),
     "dpo": (("prompt", "chosen", "rejected"), ("chosen", "rejected")),
     "prompt": (("prompt",),),
     "kto": (("prompt", "completion", "label"), ("prompt", "chosen", "rejected"), ("chosen", "rejected")),

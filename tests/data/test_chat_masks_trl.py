@@ -110,3 +110,22 @@ def test_assistant_messages_that_only_call_tools_train_as_trl_does(tokenizer, tm
     # a template that renders no tool calls (SmolLM2's reads message['content']): an error naming the row
     with pytest.raises(ValueError, match=r"^m, row 0: 'dict object' has no attribute 'content'"):
         encode_sft_example(tokenizer, example, where="m, row 0")
+
+
+def test_sharegpt_style_conversations_train_as_trl_does(marked, tmp_path):
+    # TRL converts a `conversations` column of {"from", "value"} messages to `messages` (maybe_convert_to_chatml);
+    # we refused it (JSONL: "missing ['prompt', 'completion']"; datasets: "match none of TRL's sft formats")
+    import json
+
+    from reasoner.data.chat_jsonl import build_chat_dataset
+    from reasoner.data.hf_datasets import examples_of
+
+    conversation = [{"from": "user", "value": "Is Max sour?"}, {"from": "assistant", "value": "No."},
+                    {"from": "user", "value": "Sure?"}, {"from": "assistant", "value": "Yes."}]
+    (tmp_path / "train.jsonl").write_text(json.dumps({"conversations": conversation}) + "\n")
+    built = build_chat_dataset(tmp_path, kind="sft", data_dir=tmp_path / "tfds")["train"][0]
+    example = examples_of(datasets.Dataset.from_list([{"conversations": conversation}]), kind="sft", name="m")[0]
+    assert built == example
+    pc = encode_sft_example(marked, example, where="m, row 0")
+    ref_ids, ref_trained = trl_labels(marked, {"conversations": conversation}, assistant_only_loss=True)
+    assert (list(pc.ids), list(pc.completion_mask)) == (ref_ids, ref_trained)

@@ -163,7 +163,8 @@ def test_text_rows_keep_the_tokenizers_bos_as_trl_does(tokenizer):
 
 @pytest.mark.parametrize("kind, rows, message", [
     ("sft", [{"question": "q", "answer": "a"}], r"lm.jsonl: the columns \['answer', 'question'\] match none of "
-     r"TRL's sft formats; expected the columns \['messages'\] or \['prompt', 'completion'\] or \['text'\]"),
+     r"TRL's sft formats; expected the columns \['messages'\] or \['conversations'\] or \['prompt', 'completion'\] "
+     r"or \['text'\]"),
     ("dpo", [{"prompt": "q", "chosen": "a"}], r"columns \['chosen', 'prompt'\] match none of TRL's dpo formats"),
     ("sft", [{"messages": CONVERSATIONS[2]}, {"messages": []}], r"lm.jsonl, row 1: messages must be a non-empty list"),
     ("sft", [{"messages": "hello"}], r"row 0: messages must be .* list of \{role, content\} messages"),
