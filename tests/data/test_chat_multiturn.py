@@ -189,7 +189,8 @@ def test_a_token_merge_after_a_tool_turn_is_named_as_one(tokenizer):
 
     prompt = [{"role": "user", "content": "Hi"}]
     context = prompt + [{"role": "assistant", "content": "Check."}, {"role": "tool", "content": "ok"}]
-    text = render_chat(tokenizer, context + [{"role": "assistant", "content": "\n\nHello"}], add_generation_prompt=False)
+    text = render_chat(tokenizer, context + [{"role": "assistant", "content": "\n\nHello"}],
+                       add_generation_prompt=False)
     whole = tokenizer(text, add_special_tokens=False)["input_ids"]
     k = len(tokenizer(render_chat(tokenizer, context), add_special_tokens=False)["input_ids"]) - 1  # the "\n"
     assert tokenizer.decode(whole[k:k + 2]) == "\n\n\n" and len(whole[k:k + 2]) == 2  # merged: two tokens, not three
