@@ -117,6 +117,10 @@ def test_demo_cedar_tiny_end_to_end(tmp_path, capsys):
     assert all(f"rewards/{k}" in steps[0] for k in ("correctness", "coverage", "directionality"))
     assert (tmp_path / "report/cedar_rewards.png").is_file() and (tmp_path / "report/cedar_table.md").is_file()
     assert set(report["seconds"]) >= {"data", "eval_base", "grpo", "eval_grpo", "total"}
+    cache = report["judge_cache"]  # every judged trace of the run went through the cache: a hit or a miss
+    assert cache["misses"] > 0 and cache["files"] == [str(tmp_path / "judge_cache.jsonl")]
+    judged = sum(m["judge"][k]["requests"] for m in report["models"] for k in ("coverage", "directionality"))
+    assert cache["hits"] + cache["misses"] >= judged
 
 
 class _AfterData(Exception):
