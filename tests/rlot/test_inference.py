@@ -55,3 +55,29 @@ def test_navigator_inference_and_patterns():
     assert nav.calls[0] == sum(1 for stage, rows in env.stage_log if 0 in rows)
     assert inference.block_patterns(nav.episodes, length=2) == [("reason -> debate", 5), ("debate -> terminate", 5)]
     assert inference.block_patterns(nav.episodes, length=3) == [("reason -> debate -> terminate", 5)]
+
+
+def test_label_word_replies_score_through_the_baselines_and_the_navigator(shared_data):
+    """The navigator's answers and the baselines' read a Logic-LLM reply by its label as well as its letter
+    (`reasoning.extract`): "The answer is False." names the option "B) False"; it scored 0 on every record when
+    these read only letters."""
+    from reasoner.tasks.reasoning import load_task
+
+    problems = load_task(shared_data, "proofwriter", limit=12)
+    label = {p.id: next(o.split(") ", 1)[1] for o in p.options if o.startswith(p.gold + ")")) for p in problems}
+    by_question = {p.question: p.id for p in problems}
+
+    class LabelLM:
+        def generate(self, prompts, *, max_new_tokens=None, samples=1, temperature=None, seed=None):
+            out = []
+            for prompt in prompts:
+                pid = next((i for q, i in by_question.items() if q in prompt), None)
+                text = f"The answer is {label[pid]}." if pid else "yes"
+                out.extend(Generation(text, prompt_tokens=1, completion_tokens=1) for _ in range(samples))
+            return out
+
+    assert all(inference.direct(LabelLM(), problems).correct)
+    assert all(inference.cot_self_consistency(LabelLM(), problems, k=2).correct)
+    env = ThoughtEnv(LabelLM(), max_depth=2)
+    nav = inference.navigate(env, lambda obs: np.full(len(problems), TERMINATE), problems)
+    assert [e.correct for e in nav.episodes] == [True] * len(problems)

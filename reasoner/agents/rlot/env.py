@@ -41,8 +41,8 @@ import numpy as np
 
 from reasoner.agents.rlot import prompts as P
 from reasoner.agents.rlot.prm import OutcomeOnlyPRM
-from reasoner.tasks.answers import extract_answer, is_correct
-from reasoner.tasks.reasoning import FORMAT_INSTRUCTIONS, Problem
+from reasoner.tasks.answers import is_correct
+from reasoner.tasks.reasoning import FORMAT_INSTRUCTIONS, Problem, extract
 
 REASON, DECOMPOSE, DEBATE, REFINE, TERMINATE = range(5)
 BLOCK_NAMES = ("reason", "decompose", "debate", "refine", "terminate")
@@ -247,7 +247,7 @@ class ThoughtEnv:
         for i, text in zip(rows, self._ask("terminate", rows, prompts)):
             e = self.episodes[i]
             e.answer_text = text
-            e.answer = extract_answer(e.problem.kind, text)
+            e.answer = extract(e.problem, text)
             e.correct = is_correct(e.problem.kind, e.answer, e.problem.gold)
             e.done = True
             reward[i] = float(e.correct)

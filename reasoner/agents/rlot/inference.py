@@ -19,8 +19,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from reasoner.tasks.answers import extract_answer, is_correct
-from reasoner.tasks.reasoning import FORMAT_INSTRUCTIONS, Problem
+from reasoner.tasks.answers import is_correct
+from reasoner.tasks.reasoning import FORMAT_INSTRUCTIONS, Problem, extract
 
 DIRECT = "{question}\n\nAnswer directly without explanation. {format}"
 COT = "{question}\n\nLet's think step by step. {format}"
@@ -70,7 +70,7 @@ def _single_call(name: str, lm, problems: Sequence[Problem], template: str, *, m
     answers, correct, calls, tokens = [], [], [], []
     for i, p in enumerate(problems):
         mine = outs[i * samples:(i + 1) * samples]
-        votes = [extract_answer(p.kind, g.text) for g in mine]
+        votes = [extract(p, g.text) for g in mine]
         a = votes[0] if samples == 1 else majority(votes, p.kind)
         answers.append(a)
         correct.append(is_correct(p.kind, a, p.gold))
