@@ -77,3 +77,12 @@ def test_timeout_s_is_checked(bad):
     """NaN was accepted; every call then raised in the deadline's join and each completion scored 0 as an error."""
     with pytest.raises(ValueError, match="reward 'x' timeout_s="):
         CompositeReward([WeightedReward("x", lambda cs, *, examples: [0.0] * len(cs), timeout_s=bad)])
+
+
+def test_cancel_is_passed_without_a_deadline_too():
+    def takes_cancel(completions, *, examples, cancel):  # no default: it always gets its event
+        return [float(cancel.is_set())] * len(completions)
+
+    reward = CompositeReward([WeightedReward("c", takes_cancel)])
+    assert reward(["a"], examples=[{}]).per_function_BxF.tolist() == [[0.0]]
+    assert reward.counter_dict()["c"]["errors"] == 0
