@@ -105,10 +105,13 @@ def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[s
         record["prompt"], record["completion"] = _split_at_first_assistant(messages, where=where, field="messages")
     if kind == "dpo" and "prompt" not in record and isinstance(record.get("chosen"), list) \
             and isinstance(record.get("rejected"), list):
-        shared = 0  # TRL's implicit prompt: the longest common prefix of the two conversations
-        while (shared < min(len(record["chosen"]), len(record["rejected"]))
-               and record["chosen"][shared] == record["rejected"][shared]):
+        # TRL's implicit prompt (`trl.extract_prompt`): the messages both conversations share, but all except the
+        # last of them when one conversation extends the other (both completions then start with that message)
+        shared, common = 0, min(len(record["chosen"]), len(record["rejected"]))
+        while shared < common and record["chosen"][shared] == record["rejected"][shared]:
             shared += 1
+        if shared == common:
+            shared -= 1
         record["prompt"] = record["chosen"][:shared]
         record["chosen"], record["rejected"] = record["chosen"][shared:], record["rejected"][shared:]
         if not record["prompt"]:

@@ -88,3 +88,21 @@ def test_text_records_train_alike_from_jsonl_and_datasets(tokenizer, tmp_path):
         build_chat_dataset(root, kind="sft", data_dir=tmp_path / "tfds")
     with pytest.raises(ValueError, match=rf"row 1{expected}"):
         load_chat_splits(root / "train.jsonl", kind="sft", cache_dir=tmp_path / "cache2")
+
+
+@pytest.mark.parametrize("chosen, rejected", [
+    (GOOD[:2], GOOD[:1] + [{"role": "assistant", "content": "Yes."}]),  # they part at the answer
+    (GOOD[:2], GOOD),                                                   # rejected goes on after chosen's answer
+    (GOOD, GOOD[:2]),
+])
+def test_the_implicit_dpo_prompt_is_trls(chosen, rejected):
+    # a pair where one conversation extends the other: TRL's extract_prompt keeps the last shared message (the
+    # answer) in both completions; we took it into the prompt and refused the empty chosen ("chosen must be a
+    # string or a non-empty list")
+    from trl.data_utils import extract_prompt
+
+    from reasoner.data.chat_jsonl import normalize_record
+
+    ours = normalize_record({"chosen": chosen, "rejected": rejected}, kind="dpo", where="p.jsonl:1")
+    reference = extract_prompt({"chosen": chosen, "rejected": rejected})
+    assert {k: ours[k] for k in reference} == reference
