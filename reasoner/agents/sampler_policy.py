@@ -125,7 +125,9 @@ class SamplerPolicy:
         self._session = None
         self._cache.reset([p for p in prompts for _ in range(n)])
         if prompts:
-            self._session = self.sampler.start(prompts, self.params.replace(n=n),
+            # the rendered chats' own ids (no special tokens added: the template wrote its BOS, if it has one),
+            # the ids the fit check counted; a str would get a BOS-adding tokenizer's BOS (`encode_prompt`)
+            self._session = self.sampler.start([ids[p] for p in prompts], self.params.replace(n=n),
                                                max_len=self.max_len, reserve=self.reserve)
             self.prefills += 1
         index = {p: i for i, p in enumerate(prompts)}

@@ -61,3 +61,27 @@ def test_the_tool_loop_gives_the_same_conversation_on_the_engine_and_the_static_
     assert got[0][0][0] != got[0][1][0] and all(c == 6 for call in got for _, _, c in call)
     engine = paged.sampler  # the last session holds one slot; the first one's were freed when it was replaced
     assert len(engine.sched.rows) == 1
+
+
+def test_a_bos_adding_tokenizer_gets_the_rendered_chat_ids_alone(tiny_model, tokenizer):
+    """The policy prefills the rendered conversation's own ids (a chat template writes its BOS itself), the ids its
+    fit check counted: handing the sampler the text made a BOS-adding tokenizer whose template writes no BOS
+    prepend one (`encode_prompt`'s rule for plain strings), one token past what was checked."""
+    import copy
+
+    from tokenizers import processors
+
+    from reasoner.tokenization import encode
+
+    bos_adding = copy.deepcopy(tokenizer)  # SmolLM2's, adding <|endoftext|> first; its template writes no BOS
+    bos_adding.bos_token = "<|endoftext|>"
+    bos_adding._tokenizer.post_processor = processors.TemplateProcessing(single="<|endoftext|> $A",
+                                                                         special_tokens=[("<|endoftext|>", 0)])
+    conv = [{"role": "user", "content": "Is Anne kind?"}]
+    assert bos_adding("hi")["input_ids"][0] == 0 != encode(bos_adding, render_chat(bos_adding, conv))[0]
+    policy = SamplerPolicy(tiny_model, bos_adding, temperature=1.0, max_new_tokens=3, max_len=256, reserve=64,
+                           tools=[])
+    (reply,) = policy.respond([conv])
+    prompt = encode(bos_adding, render_chat(bos_adding, conv))
+    assert policy._session.history[0][:len(prompt)] == prompt
+    assert reply.prompt_tokens == len(prompt)
