@@ -86,3 +86,19 @@ def test_judge_timeouts_and_http_500_score_0_are_counted_and_training_goes_on(to
     assert last["reward_failures/coverage"] == 0  # the judge's failures are its own, not the registry's
     assert [h["step"] for h in result.history] == [1, 2, 3]
     assert all(np.isfinite(h["loss"]) and h["skipped"] == 0 for h in result.history)
+
+
+def test_judge_cache_hits_and_misses_reach_the_metrics():
+    """GRPO's metrics carry the judge cache's hits and misses beside the judge's other counts (summed over
+    distinct judges; a judge shared by two rewards counts once)."""
+    from types import SimpleNamespace
+
+    from reasoner.judges.judge import JudgeCounters
+    from trainers.grpo_eval import failure_metrics
+
+    shared = JudgeCounters(requests=5, valid=4, invalid=1, cache_hits=3, cache_misses=2)
+    other = JudgeCounters(requests=2, failed=2, cache_misses=2)
+    rewards = [SimpleNamespace(fn=SimpleNamespace(counters=c)) for c in (shared, shared, other)]
+    reward = SimpleNamespace(rewards=rewards, counter_dict=lambda: {})
+    assert failure_metrics(reward) == {"judge/requests": 7.0, "judge/valid": 4.0, "judge/invalid": 1.0,
+                                       "judge/failed": 2.0, "judge/cache_hits": 3.0, "judge/cache_misses": 4.0}
