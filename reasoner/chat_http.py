@@ -2,15 +2,17 @@
 (`agents.policies.OpenAIChatPolicy`) and the endpoint judge (`judges.judge.EndpointJudge`). urllib only, so a
 training run needs no HTTP package.
 
-What is retried: infrastructure failures, meaning connection errors, timeouts, HTTP 408/409/429/5xx, and a body that
-is not a chat completion or that the caller's `parse` refuses. The wait before retry `a` (0-based) is
-`min(30, backoff_s * 2**a)` seconds. What is not retried: any other HTTP status (400, 401, 404: a wrong request,
-key or model), which would fail the same way again. Either way a request that still fails comes back as
-`(None, error)` with the error text, never as an exception: one bad reply must not end a run.
+What is retried: infrastructure failures, meaning connection errors, timeouts, a reply cut short or garbled on the
+wire (`http.client.HTTPException`: a server that died mid-body raises `IncompleteRead`, which is no `OSError`), HTTP
+408/409/429/5xx, and a body that is not a chat completion or that the caller's `parse` refuses. The wait before retry
+`a` (0-based) is `min(30, backoff_s * 2**a)` seconds. What is not retried: any other HTTP status (400, 401, 404: a
+wrong request, key or model), which would fail the same way again. Either way a request that still fails comes back
+as `(None, error)` with the error text, never as an exception: one bad reply must not end a run.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -81,7 +83,7 @@ class ChatEndpoint:
         except urllib.error.HTTPError as err:
             kind = _Retryable if err.code in RETRY_STATUS else _Fatal
             raise kind(f"{self.url} answered HTTP {err.code}: {err.read()[:500]!r}") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError, http.client.HTTPException) as err:
             raise _Retryable(f"{self.url}: {type(err).__name__}: {err}") from None
         try:
             completion = json.loads(payload)

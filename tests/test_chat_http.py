@@ -65,3 +65,29 @@ def test_a_dead_port_is_an_error_not_an_exception():
 def test_bad_settings_name_themselves():
     with pytest.raises(ValueError, match="retries=-1"):
         ChatEndpoint("http://x/v1", retries=-1)
+
+
+def test_a_reply_cut_short_on_the_wire_is_retried():
+    """A server that dies mid-body makes `read()` raise `http.client.IncompleteRead` (an `HTTPException`, not an
+    `OSError`): retried like a dropped connection, never raised out of `complete`."""
+    import http.client
+    import io
+    import json
+
+    class _Opener:
+        calls = 0
+
+        def open(self, request, timeout):
+            _Opener.calls += 1
+            if _Opener.calls == 1:
+                class _Cut(io.BytesIO):
+                    def read(self, *args):
+                        raise http.client.IncompleteRead(b'{"choi', 120)
+                return _Cut()
+            return io.BytesIO(json.dumps(OK).encode())
+
+    sleeps = []
+    endpoint = ChatEndpoint("http://127.0.0.1:1/v1", retries=2, backoff_s=0.5, sleep=sleeps.append)
+    endpoint._opener = _Opener()
+    assert endpoint.complete({"model": "m", "messages": []}, _content) == ("fine", "")
+    assert _Opener.calls == 2 and sleeps == [0.5] and endpoint.failures == 0
