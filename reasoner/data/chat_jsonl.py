@@ -51,7 +51,9 @@ def _calls_tools(m: dict) -> bool:
         and bool(m["tool_calls"])
 
 
-def _messages(value, *, where: str, field: str) -> list[dict]:
+def messages_of(value, *, where: str, field: str) -> list[dict]:
+    """`value` (a record's `field`) as a list of messages (a plain-string prompt: one user message; a plain-string
+    completion stays text); a ValueError naming `where` when it is neither."""
     if isinstance(value, str) and field != "messages":  # a conversation is always a list
         return [{"role": "user", "content": value}] if field == "prompt" else value
     if not (isinstance(value, list) and value and all(
@@ -101,7 +103,7 @@ def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[s
             raise ValueError(f"{where}: text must be a non-empty string, got {text!r:.80}")
         return {"text": text}
     if kind == "sft" and "messages" in record and "prompt" not in record:
-        messages = _messages(record["messages"], where=where, field="messages")
+        messages = messages_of(record["messages"], where=where, field="messages")
         record["prompt"], record["completion"] = _split_at_first_assistant(messages, where=where, field="messages")
     if kind == "dpo" and "prompt" not in record and isinstance(record.get("chosen"), list) \
             and isinstance(record.get("rejected"), list):
@@ -120,9 +122,9 @@ def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[s
     if missing:
         raise ValueError(f"{where}: missing {missing}; a {kind} record needs prompt and {list(FIELDS[kind])}"
                          + (" (or TRL's messages, or text)" if kind == "sft" else ""))
-    out = {"prompt": _messages(record["prompt"], where=where, field="prompt")}
+    out = {"prompt": messages_of(record["prompt"], where=where, field="prompt")}
     for key in FIELDS[kind]:
-        value = _messages(record[key], where=where, field=key)
+        value = messages_of(record[key], where=where, field=key)
         if isinstance(value, list) and not any(m["role"] == "assistant" for m in value):
             raise ValueError(f"{where}: {key} messages hold no assistant turn")
         if kind == "sft" and isinstance(value, list) and value[-1]["role"] != "assistant":

@@ -155,7 +155,7 @@ def _drop_nones(value):
 
 def example_from_row(row: dict[str, Any], *, kind: str, columns: tuple[str, ...], where: str) -> dict[str, Any]:
     """One dataset row in format `columns` -> our example dict (`chat_jsonl.normalize_record`'s, or {"text"})."""
-    from reasoner.data.chat_jsonl import normalize_record, tool_schemas
+    from reasoner.data.chat_jsonl import messages_of, normalize_record, tool_schemas
 
     if columns == ("text",):
         return normalize_record({"text": row["text"]}, kind="sft", where=where)
@@ -172,6 +172,8 @@ def example_from_row(row: dict[str, Any], *, kind: str, columns: tuple[str, ...]
         prompt = record.get("prompt")
         if not (isinstance(prompt, str) and prompt.strip()) and not (isinstance(prompt, list) and prompt):
             raise ValueError(f"{where}: prompt must be a non-empty string or list of messages, got {prompt!r:.80}")
+        if isinstance(prompt, list):  # the message rule of every chat input (a bad message fails here, named)
+            record["prompt"] = messages_of(prompt, where=where, field="prompt")
         return {**{k: _drop_nones(v) for k, v in row.items()}, **record}
     return normalize_record(record, kind=kind, where=where)
 

@@ -106,3 +106,16 @@ def test_the_implicit_dpo_prompt_is_trls(chosen, rejected):
     ours = normalize_record({"chosen": chosen, "rejected": rejected}, kind="dpo", where="p.jsonl:1")
     reference = extract_prompt({"chosen": chosen, "rejected": rejected})
     assert {k: ours[k] for k in reference} == reference
+
+
+@pytest.mark.parametrize("prompt", [[{"role": "user"}], [{"content": "Is Max sour?"}], [{"role": "user", "content": 3}]])
+def test_grpo_prompt_rows_obey_the_message_rule_naming_the_row(tmp_path, prompt):
+    # a GRPO prompt row with a malformed message was accepted and failed later in the chat template's rendering
+    # ("messages[0]: expected a dict with 'role' and 'content'"), naming no file or row
+    from reasoner.data.hf_datasets import load_rows
+
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"prompt": GOOD[:1]}) + "\n" + json.dumps({"prompt": prompt}) + "\n")
+    with pytest.raises(ValueError, match=rf"{path} \[train\], row 1: prompt must be a string or a non-empty list of "
+                                         r"\{role, content\} messages"):
+        load_rows(path, split="train", prompts=True, cache_dir=tmp_path / "cache")
