@@ -112,7 +112,7 @@ def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[s
         shared, common = 0, min(len(record["chosen"]), len(record["rejected"]))
         while shared < common and record["chosen"][shared] == record["rejected"][shared]:
             shared += 1
-        if shared == common:
+        if shared == common and shared:
             shared -= 1
         record["prompt"] = record["chosen"][:shared]
         record["chosen"], record["rejected"] = record["chosen"][shared:], record["rejected"][shared:]

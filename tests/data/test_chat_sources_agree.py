@@ -106,6 +106,8 @@ def test_the_implicit_dpo_prompt_is_trls(chosen, rejected):
     ours = normalize_record({"chosen": chosen, "rejected": rejected}, kind="dpo", where="p.jsonl:1")
     reference = extract_prompt({"chosen": chosen, "rejected": rejected})
     assert {k: ours[k] for k in reference} == reference
+    with pytest.raises(ValueError, match=r"p\.jsonl:2: chosen and rejected share no prompt messages"):
+        normalize_record({"chosen": [], "rejected": []}, kind="dpo", where="p.jsonl:2")  # TRL: a NameError
 
 
 @pytest.mark.parametrize("prompt", [[{"role": "user"}], [{"content": "Is Max sour?"}], [{"role": "user", "content": 3}]])
