@@ -30,7 +30,9 @@ class _Session:
     def __init__(self, tokenizer, prompts, n, replies):
         self.tokenizer, self.n, self.replies = tokenizer, n, replies
         self.rows = list(range(len(prompts) * n))
-        self.history = [list(encode(tokenizer, prompts[b // n])) for b in self.rows]
+        # prompts as the real sampler takes them: token-id lists (what SamplerPolicy hands over) or strings
+        self.history = [list(p) if not isinstance(p, str) else encode(tokenizer, p)
+                        for p in (prompts[b // n] for b in self.rows)]
         self.turn = [0] * len(self.rows)
 
     def run(self):
