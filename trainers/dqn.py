@@ -107,8 +107,7 @@ def init_state(cfg, *, obs_dim: int, num_actions: int) -> tuple[Any, DQNState]:
     """(graphdef, state) for a fresh run; params from `Navigator` seeded with `cfg.seed`."""
     net = Navigator(rngs=nnx.Rngs(int(cfg.seed)), num_inputs=obs_dim, num_actions=num_actions)
     graphdef, params = nnx.split(net)
-    C = int(cfg.buffer_size)
-    f32 = jnp.float32
+    C, f32 = int(cfg.buffer_size), jnp.float32
     state = DQNState(
         online=params, target=jax.tree.map(jnp.copy, params), opt_state=_adam(cfg).init(params),
         buf_obs_Cx7=jnp.zeros((C, obs_dim), f32), buf_action_C=jnp.zeros((C,), jnp.int32),
@@ -187,9 +186,8 @@ def act(graphdef, state: DQNState, obs_NxS, active_N, *, hp: Hyper) -> tuple[DQN
     stored (`epsilons`: each explores with its own transition's rate). state.epsilon becomes the last one's."""
     keep, key = _split(state.rng)
     k_explore, k_random = jax.random.split(jax.random.wrap_key_data(key))
-    n = obs_NxS.shape[0]
     q = q_values(graphdef, state.online, obs_NxS)
-    num_actions = q.shape[-1]
+    n, num_actions = q.shape
     greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
     eps_N, last = epsilons(hp, state.env_steps, active_N)
     explore = jax.random.uniform(k_explore, (n,)) < eps_N
@@ -492,7 +490,11 @@ def _loop_config(config, cfg) -> ml_collections.ConfigDict:
 
 
 def train(config, *, workdir, progress: bool = True) -> DQNResult:
-    """`reasoner train configs/rlot.py[:variant] --workdir DIR`: `reasoner.agents.rlot.setup.train_navigator`."""
-    from reasoner.agents.rlot.setup import train_navigator
+    """`reasoner train configs/rlot.py[:variant]`: `configs.rlot.check` (before the model loads), then the navigator
+    trained on the environment `reasoner.agents.rlot.setup.training_env` builds (the direct pass first)."""
+    from configs.rlot import check
+    from reasoner.agents.rlot.setup import batch_line, training_env
 
-    return train_navigator(config, workdir=workdir, progress=progress)
+    check(config)
+    log = (lambda b, stats, record: print(f"[dqn] {batch_line(b, record)}", flush=True)) if progress else None
+    return train_dqn(training_env(config), config, workdir=workdir, on_batch=log, progress=progress)

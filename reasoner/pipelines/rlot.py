@@ -33,7 +33,7 @@ import numpy as np
 from reasoner.agents.rlot import inference
 from reasoner.agents.rlot.env import ThoughtEnv
 from reasoner.agents.rlot.llm import SamplerLM
-from reasoner.agents.rlot.setup import env_args, load_model_and_tokenizer, split_problems
+from reasoner.agents.rlot.setup import batch_line, env_args, load_model_and_tokenizer, split_problems
 from reasoner.distributed import is_primary
 
 __all__ = ["run", "format_table"]
@@ -90,11 +90,7 @@ def _train(config, lm, pool, args, *, workdir, progress: bool, times: dict):
     tick = time.perf_counter()
     train_env = ThoughtEnv(lm, failed, **args)
 
-    def on_batch(b, stats, record):
-        if progress:
-            _log(f"train batch {b}: episodes {record['episodes']}, mean return {record['mean_return']:.3f}, "
-                 f"loss {record['loss']:.4f}, epsilon {record['epsilon']:.3f}")
-
+    on_batch = (lambda b, stats, record: _log(f"train {batch_line(b, record)}")) if progress else None
     navigator = train_dqn(train_env, config, workdir=workdir / "navigator", on_batch=on_batch)
     times["train"] = time.perf_counter() - tick
     if navigator.history and is_primary():

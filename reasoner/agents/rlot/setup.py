@@ -145,16 +145,7 @@ def training_env(config, *, log=print):
     return ThoughtEnv(lm, failed, **env_args(config, model=model, tokenizer=tokenizer, problems=failed))
 
 
-def train_navigator(config, *, workdir, progress: bool = True):
-    """`reasoner train configs/rlot.py[:variant]`: the navigator trained (`trainers.dqn.train_dqn`) on the
-    RL-of-Thoughts environment the config describes (the direct-answer pass over `demo.train_pool` first)."""
-    from configs.rlot import check
-    from trainers.dqn import train_dqn
-
-    def log(b, stats, record):
-        if progress:
-            print(f"[dqn] batch {b}: episodes {record['episodes']}, mean return {record['mean_return']:.3f}, "
-                  f"loss {record['loss']:.4f}, epsilon {record['epsilon']:.3f}", flush=True)
-
-    check(config)  # before the model loads and the direct pass runs
-    return train_dqn(training_env(config), config, workdir=workdir, on_batch=log, progress=progress)
+def batch_line(b: int, record: dict) -> str:
+    """The progress line of one batch of navigator training (the demo's and `reasoner train`'s)."""
+    return (f"batch {b}: episodes {record['episodes']}, mean return {record['mean_return']:.3f}, "
+            f"loss {record['loss']:.4f}, epsilon {record['epsilon']:.3f}")
