@@ -249,13 +249,17 @@ def run(config, *, workdir, progress: bool = True) -> dict:
     _log(f"data: " + ", ".join(f"{s} {len(splits[s]['records'])}" for s in SPLITS)
          + f"; test A* traces fitting in {settings.max_new_tokens} new tokens: {fits}/{len(lengths)}")
 
+    shots = int(config.eval.get("few_shot", 0))
+    if shots > len(splits["train"]["problems"]):  # before the model loads, not after the base evaluation
+        raise ValueError(f"eval.few_shot={shots}: the in-context baseline draws its shots from the training split, "
+                         f"which holds {len(splits['train']['problems'])} problems (data.train="
+                         f"{config.data.get('train')}); expected eval.few_shot <= the training problems")
     reference = reference_efficiency(test)
     partial = {"timings_s": timer.seconds, "config": config.to_dict()}
     base_model = build_model(config.model, mesh=mesh)
     results = [timer.stage("eval_base", lambda: evaluate(base_model, tokenizer, test, settings, label="base",
                                                          progress=progress))]
     _announce(results[-1], results, workdir=workdir, reference=reference, extra=partial)
-    shots = int(config.eval.get("few_shot", 0))
     if shots:  # the paper's in-context baseline: the base model with k solved training problems in its prompt
         results.append(timer.stage("eval_base_few_shot", lambda: evaluate(
             base_model, tokenizer, test, _eval_settings(config, few_shot=shots), label=f"base ({shots}-shot)",

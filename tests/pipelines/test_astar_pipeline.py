@@ -96,6 +96,22 @@ def test_cli_errors_exit_2_before_any_work(tmp_path, capsys):
     assert "missing.jsonl: no such file" in capsys.readouterr().err
 
 
+def test_more_shots_than_training_problems_fail_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """The paper's 10-shot baseline on a training split of 8 failed after the base evaluation (hours at paper
+    scale); now right after the data stage, naming both settings."""
+    from reasoner.cli import main
+    from trainers import run as trainer_run
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the few-shot check must come before the model loads")
+
+    monkeypatch.setattr(trainer_run, "build_model", no_model)
+    assert main(["demo", "--workdir", str(tmp_path / "w"), "--config", f"{CONFIG}:tiny", "--no-progress",
+                 "--config.data.train=3", "--config.eval.few_shot=4"]) != 0
+    err = capsys.readouterr().err
+    assert "eval.few_shot=4" in err and "holds 3 problems (data.train=3)" in err
+
+
 @pytest.mark.slow
 def test_tiny_demo_end_to_end_through_the_cli(tmp_path):
     """`reasoner demo` in a subprocess, as `make demo` runs it (one CPU device: the config's single_device drops the

@@ -135,12 +135,16 @@ def test_paper_variant_starts_its_pipeline(variant, request, tmp_path):
     if dataset == "proofwriter":
         data_dir, name = request.getfixturevalue("proofwriter_tfds")
         extra += [f"--config.data.tfds_dir={data_dir}", f"--config.data.tfds_name={name}"]
+    if stage == "sft":  # the paper's 10- / 5-shot baseline, from the 8 training problems here
+        extra += ["--config.eval.few_shot=2"]
     if stage == "grpo":  # the SFT export alone: its tokenizer files, no model.tokenizer
         extra += [f"--config.model.name={request.getfixturevalue('sft_export')}", "--config.model.tokenizer="]
     out = _reasoner("train", "--config", f"{CONFIGS / 'astar_paper.py'}:{variant}", "--workdir", str(tmp_path),
                     "--no-progress", *TINY, *extra)
     doc = json.loads((tmp_path / "report" / "astar.json").read_text())
     trained = "SFT" if stage == "sft" else "SFT+GRPO"
-    assert [m["label"].split(" ")[0] for m in doc["models"]] == ["base", trained] and doc["complete"] is True
+    labels = [m["label"] for m in doc["models"]]
+    assert labels[:-1] == (["base", "base (2-shot)"] if stage == "sft" else ["base"]) and doc["complete"] is True
+    assert labels[-1].split(" ")[0] == trained
     assert all(m["examples"] == 2 for m in doc["models"]) and doc["table"] in out.stdout
     assert (tmp_path / stage / "metrics.jsonl").is_file()
