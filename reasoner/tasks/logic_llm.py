@@ -180,10 +180,14 @@ def extract_answer(text: str | None, problem: LogicProblem) -> str | None:
 
 
 def _label_letters(text: str, labels: dict[str, str]) -> set[str]:
-    """The option letters whose truth-value label (or a synonym: "uncertain" is "unknown") `text` names."""
+    """The option letters whose truth-value label (or a synonym: "uncertain" is "unknown") `text` names. "yes" and
+    "no" count only opening `text` ("No, Tom is not big.", a conclusion "no"): inside a sentence they are words of
+    the argument ("no premise contradicts it" made "The statement is true; no premise contradicts it." a hedge
+    between True and False, scored wrong)."""
     words = {label: letter for letter, label in labels.items()}
     return {words[label] for phrase, label in _SYNONYMS.items()
-            if label in words and re.search(rf"\b{phrase}\b", text, re.IGNORECASE)}
+            if label in words and re.search(rf"^[\W_]*{phrase}\b" if phrase in ("yes", "no") else rf"\b{phrase}\b",
+                                            text, re.IGNORECASE)}
 
 
 def check_correct(answer_text: str | None, problem: LogicProblem) -> bool:

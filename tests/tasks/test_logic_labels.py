@@ -33,6 +33,23 @@ def test_a_label_word_scores_like_its_letter_and_two_labels_never(shared_data, t
 
 
 @pytest.mark.parametrize("task", SETS)
+def test_yes_and_no_are_labels_only_where_they_open_the_answer(shared_data, task):
+    # "no premise contradicts it" read as the label False beside the True the reply concludes: a hedge, scored 0
+    counted = 0
+    for q in load_problems(shared_data, task):
+        right = q.labels[q.answer]
+        if right not in ("true", "false"):
+            continue
+        counted += 1
+        assert check_correct(f"The statement is {right}; no premise contradicts it.", q), q.id
+        assert check_correct(f"There is no doubt: it is {right}.", q), q.id
+        said = "Yes" if right == "true" else "No"
+        assert check_correct(f"{said}, that follows from the premises.", q), q.id
+        assert check_correct(f"The answer is {said.lower()}.", q), q.id
+    assert counted > 100
+
+
+@pytest.mark.parametrize("task", SETS)
 def test_quoted_and_text_boxed_letters_are_read_by_check_correct(shared_data, task):
     # 'The answer is "B".' and "\boxed{\text{(B)}}" scored 1 through reasoning.score but 0 through check_correct
     for q in load_problems(shared_data, task):
