@@ -151,17 +151,15 @@ class EndpointJudge:
                                      backoff_s=backoff_s, sleep=sleep)
         self.url, self.model, self.max_tokens, self.max_concurrency = self.endpoint.url, model, max_tokens, max_concurrency
         self.judge_id = f"endpoint:{self.url}:{model}:t0:max{max_tokens}"
-        self._lock = threading.Lock()
-        self._escaped, self._last_error = 0, ""
 
     @property
     def failures(self) -> int:
-        """Requests that got no reply (the endpoint's retries spent, or an error it let through)."""
-        return self.endpoint.failures + self._escaped
+        """Requests that got no reply (the endpoint's retries spent, or a failure it does not retry)."""
+        return self.endpoint.failures
 
     @property
     def last_error(self) -> str:
-        return self._last_error
+        return self.endpoint.last_error
 
     def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
         if not prompts:
@@ -171,15 +169,8 @@ class EndpointJudge:
 
     def _request(self, messages: Messages) -> str | None:
         body = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
-        try:
-            text, error = self.endpoint.complete(body, _content_of)
-        except Exception as err:  # noqa: BLE001 - e.g. http.client.IncompleteRead: a server that died mid-body
-            with self._lock:  # escapes ChatEndpoint; a judge failure is a None reply, never a raise
-                self._escaped += 1
-            text, error = None, f"{self.url}: {type(err).__name__}: {err}"
-        if text is None:
-            self._last_error = error
-        return text
+        # ChatEndpoint never raises (a reply cut off mid-body is retried, then None): a failure is a None reply
+        return self.endpoint.complete(body, _content_of)[0]
 
 
 def _content_of(completion: dict) -> str:
