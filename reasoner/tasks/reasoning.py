@@ -14,8 +14,8 @@ Each loader reads the staged files in their authors' formats (see ../shared/data
 A logic problem's reply is read by `extract`, which is `logic_llm.extract_answer`: the same rule as the SMT
 rewards' `check_correct`, so "The answer is False." scores like "The answer is (B)." (the format instruction asks
 for the letter; the letter-only `answers.extract_answer("choice", ...)` scored the label word 0), and a reply naming
-two different labels names no option. Callers that score replies (the RL-of-Thoughts environment and baselines)
-should read answers with `extract(problem, text)` rather than `answers.extract_answer(problem.kind, text)`.
+two different labels names no option. Every caller that reads a reply (the RL-of-Thoughts environment and
+baselines) goes through `extract(problem, text)`, not `answers.extract_answer(problem.kind, text)`.
 """
 
 from __future__ import annotations
