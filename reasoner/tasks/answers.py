@@ -6,7 +6,8 @@
 Kinds (the RL-of-Thoughts code's four formats):
   number  - "The answer is N" (else the number right after the last "Answer:", else the last number in the last
             `\\boxed{}`, else the last number in the text; a LaTeX fraction of numbers, nested ones too, is one number:
-            `\\frac{\\frac{1}{2}}{3}` is 1/6); compared as floats after removing
+            `\\frac{\\frac{1}{2}}{3}` is 1/6, and a mixed number `2\\frac{1}{3}` is 7/3, MATH's convention, see
+            `_mixed_as_quotient`); compared as floats after removing
             everything but digits, sign and the decimal point (GSM8K's "#### 1,234" -> 1234): whole numbers
             exactly, others within a relative 1e-6.
   choice  - the first letter after the last "The answer is" (else the letter right after the last "Answer:", else
@@ -26,7 +27,8 @@ Kinds (the RL-of-Thoughts code's four formats):
             `\\dfrac`/`\\tfrac` -> `\\frac`, `\\frac12` -> `\\frac{1}{2}` (inside another `\\frac` too), `a/b` of
             integers -> `\\frac{a}{b}`, `0.5` -> `\\frac{1}{2}` when exact, a leading `x=`; and compares numerically
             when both sides are plain numbers (exactly when both are integers, decimals or fractions of them, nested
-            fractions included: `\\frac{\\frac{1}{2}}{3}` equals `\\frac{1}{6}`).
+            fractions included: `\\frac{\\frac{1}{2}}{3}` equals `\\frac{1}{6}`; mixed numbers too: `1\\frac{4}{5}`
+            equals `\\frac{9}{5}` and `1.8`).
 A missing answer extracts as None and is never correct (choice: the authors guess a random letter; we do not,
 so a reward is never noise; choose `fallback` in the environment if you want their behaviour).
 """
@@ -305,12 +307,37 @@ _RATIONAL = r"(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?"
 _FRAC_ARGUMENT = rf"(?:\{{\s*(-?{_RATIONAL})\s*\}}|(\d))"
 _NUMERIC_FRAC = re.compile(rf"(?<![\d.])\\[dt]?frac\s*{_FRAC_ARGUMENT}{_FRAC_ARGUMENT}(?!\d|\.\d)")
 _NESTING = 8  # fractions of fractions are read this deep (one pass each): linear time on any text
+# a mixed number "1\frac{4}{5}" (also "1 \tfrac{4}{5}", "1\frac45"): a whole part that is its own token (not the
+# end of a decimal, an exponent "x^2\frac{1}{2}" or "^{2}\frac", a subscript or a name) and a proper fraction of
+# integers, "{}{}" or one digit each
+_MIXED = re.compile(r"(?<![\w.^_}\\])(?<!\^\{)(?<!_\{)(\d+)[ \t]*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}|(\d))"
+                    r"(?:\{\s*(\d+)\s*\}|(\d))(?!\d|\.\d)")
+
+
+def _mixed_as_quotient(m: re.Match) -> str:
+    """'1\\frac{4}{5}' -> '9/5'. MATH writes mixed numbers so: its gold for test/geometry/826.json is 1\\frac{4}{5}
+    (the solution's 9/5), and all 10 places in the 300 staged solutions where a whole number stands right before a
+    numeric \\frac are mixed numbers ("4\\dfrac{5}{8} = 4 + \\dfrac{5}{8}", "33\\frac{1}{3}=100/3"), none a
+    product. We read them so (2\\frac{1}{3} is 7/3, not 2 * 1/3); a sign before the whole part applies to the
+    whole ("-3\\frac{1}{2}" is -7/2: the "-" stays in front of the quotient). Only a proper fraction with a
+    positive numerator makes a mixed number: "1\\frac{5}{4}" or "1\\frac{0}{5}" is no conventional one, so it
+    stays as written (no number). Nothing else changes: "\\frac{4}{5}x" is no number either way, and
+    "10\\frac{1}{2}\\%" is 10.5 like "10.5\\%" (the normaliser drops a percent sign from any answer)."""
+    try:
+        whole, numerator, denominator = int(m.group(1)), int(m.group(2) or m.group(3)), int(m.group(4) or m.group(5))
+    except ValueError:  # digits past Python's int limit
+        return m.group(0)
+    if not 0 < numerator < denominator:
+        return m.group(0)
+    return f"{whole * denominator + numerator}/{denominator}"
 
 
 def _fracs_as_quotients(text: str) -> str:
     """Each LaTeX fraction of numbers written as "p/q" ("\\frac{\\frac{1}{2}}{3}" -> "1/6"), innermost first and up
     to `_NESTING` deep, so that a number reader takes it as one number, not its first digits; one that is not a
-    number (`\\frac{\\pi}{2}`) or divides by zero stays as written."""
+    number (`\\frac{\\pi}{2}`) or divides by zero stays as written. A mixed number ("1\\frac{4}{5}" -> "9/5", see
+    `_mixed_as_quotient`) is read first, so that its fraction is not read apart from its whole part."""
+    text = _MIXED.sub(_mixed_as_quotient, text) if "frac" in text else text
 
     def quotient(m: re.Match) -> str:
         try:

@@ -1,5 +1,7 @@
 """LaTeX and letter forms on every real record: `\\boxed 5`, nested fractions, option letters past E."""
 
+from fractions import Fraction
+
 import pytest
 
 from reasoner.tasks.answers import (
@@ -49,7 +51,7 @@ def test_nested_fractions_on_every_rational_math500_and_gsm8k_gold(shared_data):
     problems = load_task(shared_data, "math500")
     rational = [(p, _as_fraction(normalize_math(p.gold))) for p in problems]
     rational = [(p, v) for p, v in rational if v is not None]
-    assert len(rational) == 242  # the mixed number 1\frac{4}{5} (test/geometry/826.json) is no fraction
+    assert len(rational) == 243  # the mixed number 1\frac{4}{5} (test/geometry/826.json), 9/5, among them
     for p, v in rational:
         for form in ("\\boxed{{\\frac{{\\frac{{{}}}{{1}}}}{{{}}}}}", "\\boxed{{\\dfrac{{\\tfrac{{{}}}{{1}}}}{{{}}}}}"):
             assert score(p, form.format(v.numerator, v.denominator)) == 1.0, (p.id, form)
@@ -72,6 +74,6 @@ def test_nested_fractions_as_numbers_and_what_is_no_number():
     assert to_number(r"\frac{1}{\frac{0}{3}}") is None and _as_fraction(r"\frac{\pi}{2}") is None
     assert not is_equiv(r"\frac{\frac{1}{2}}{3}", r"\frac{1}{5}")
     assert extract_answer("number", r"The answer is \frac{1}{\frac{2}{3}} cups.") == "1.5"
-    # a fraction glued to a digit is not read into it: MATH's gold "1\frac{4}{5}" (9/5) is not 14/5
-    assert _as_fraction(r"1\frac{4}{5}") is None and not is_equiv(r"1\frac{4}{5}", r"\frac{14}{5}")
+    # a fraction glued to a digit is not read into it: MATH's gold "1\frac{4}{5}" is the mixed number 9/5, not 14/5
+    assert _as_fraction(r"1\frac{4}{5}") == Fraction(9, 5) and not is_equiv(r"1\frac{4}{5}", r"\frac{14}{5}")
     assert extract_answer("number", r"The answer is \frac{1}{2}.") == "0.5"
