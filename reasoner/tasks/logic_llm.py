@@ -6,7 +6,9 @@ schedules or claims A-E (AR-LSAT), three, five or seven orderings A-G (LogicalDe
 `check_correct` reads a free-text or `finish` answer: an option letter ("B", "(B)", "B) False", "Answer: B",
 "The answer is: **B**", "\\boxed{B}"), a
 label word for the truth-value sets ("False", "uncertain"; Unknown and Uncertain are the same answer), or, for
-statement options, the full text of exactly one option. `<think>` blocks are ignored.
+statement options, the full text of exactly one option. `<think>` blocks are ignored. A negated label ("The answer is
+not True.", "isn't true") is never read as that label, nor as another: only a label stated after it counts
+(`_stated_labels` has the rule).
 """
 
 from __future__ import annotations
@@ -158,13 +160,20 @@ def extract_answer(text: str | None, problem: LogicProblem) -> str | None:
         if found:
             return found[-1].upper()
     # a label word: the one the sentence after the last "answer is" / "Answer:" names (a "true" argued about before
-    # "The answer is False." does not count), else the one the whole reply names; two different ones name no option
+    # "The answer is False." does not count), else the one the whole reply names; two different ones name no option;
+    # a negated label ("not True") is never read, see `_stated_labels`
     said = list(re.finditer(r"(?i:\banswer(?:\s+is\b\s*:?|\s*:))", body))
     conclusion = re.split(r"\n|[.!?](?:\s|$)", body[said[-1].end():], maxsplit=1)[0] if said else ""
-    distinct = _label_letters(conclusion, labels) or _label_letters(body, labels)
-    if len(distinct) == 1:
-        return distinct.pop()
-    if len(distinct) > 1:
+    stated, negated = _stated_labels(conclusion, labels)
+    if negated and not stated:  # "The answer is not True. It is Unknown.": the label stated after the conclusion,
+        # never one the conclusion negates ("The answer is not True. A premise makes it true only if ...": none)
+        stated, _ = _stated_labels(body[said[-1].end() + len(conclusion):], labels)
+        stated -= negated
+    elif not stated:
+        stated, negated = _stated_labels(body, labels)
+    if len(stated) == 1:
+        return stated.pop()
+    if stated or negated:
         return None
     if not set(labels.values()) <= set(_SYNONYMS.values()):
         # statement options (AR-LSAT, LogicalDeduction): the full text of exactly one option
@@ -179,15 +188,48 @@ def extract_answer(text: str | None, problem: LogicProblem) -> str | None:
     return None
 
 
-def _label_letters(text: str, labels: dict[str, str]) -> set[str]:
-    """The option letters whose truth-value label (or a synonym: "uncertain" is "unknown") `text` names. "yes" and
-    "no" count only opening `text` ("No, Tom is not big.", a conclusion "no"): inside a sentence they are words of
-    the argument ("no premise contradicts it" made "The statement is true; no premise contradicts it." a hedge
-    between True and False, scored wrong)."""
+def _stated_labels(text: str, labels: dict[str, str]) -> tuple[set[str], set[str]]:
+    """(stated, negated): the option letters whose truth-value label (or a synonym: "uncertain" is "unknown") `text`
+    states after its last negated label, and those it negates.
+
+    "yes" and "no" count only opening `text` ("No, Tom is not big.", a conclusion "no"): inside a sentence they are
+    words of the argument ("no premise contradicts it" made "The statement is true; no premise contradicts it." a
+    hedge between True and False, scored wrong).
+
+    Negation (the papers this project follows and the data's README give no convention; Logic-LM's prompts ask for
+    an option letter; the rule is ours). A label directly negated ("not True", "isn't true", "is not False", "cannot be true", "not
+    necessarily true", "neither true nor false", `_NEGATED`) is never read as that label: "The answer is not True."
+    was read as True. Nor is it read as another one: in the three-way sets (FOLIO True/False/Uncertain, ProofWriter
+    OWA True/False/Unknown) "not True" leaves False and Unknown open, and in ProntoQA's two-way set we read it the
+    same way rather than guess False. So only the labels stated after the last negated one count ("It is not true;
+    it is false." is False), and a text whose last label is negated states none: "Premise 3 is false, so the
+    statement is not true." and "True, not False" state no label (the latter was a True/False hedge before, also
+    none). A label negated and followed by "that" ("it is not true that all birds land") negates a clause of the
+    argument, not the answer: it is never read, and it does not end the labels stated before it. Only labels are
+    read so: "entailed" is no label of these sets, and a negated option letter ("not (A)") is not read as a label."""
     words = {label: letter for letter, label in labels.items()}
-    return {words[label] for phrase, label in _SYNONYMS.items()
-            if label in words and re.search(rf"^[\W_]*{phrase}\b" if phrase in ("yes", "no") else rf"\b{phrase}\b",
-                                            text, re.IGNORECASE)}
+    mentions = []  # (position, letter, negated: None for a clause "not true that ...")
+    for phrase, label in _SYNONYMS.items():
+        if label not in words:
+            continue
+        for m in re.finditer(rf"^[\W_]*{phrase}\b" if phrase in ("yes", "no") else rf"\b{phrase}\b", text,
+                             re.IGNORECASE):
+            negated = _NEGATED.search(text[max(0, m.start() - 80):m.start()]) is not None
+            clause = negated and re.match(r"[\s*_\"'`]*that\b", text[m.end():], re.IGNORECASE) is not None
+            mentions.append((m.start(), words[label], None if clause else negated))
+    mentions.sort()
+    last = max((i for i, (_, _, negated) in enumerate(mentions) if negated), default=-1)
+    return ({letter for _, letter, negated in mentions[last + 1:] if negated is False},
+            {letter for _, letter, negated in mentions if negated is not False})
+
+
+# a negation directly before a label, through words that keep it on the label ("is not necessarily true", "cannot
+# be shown to be true", "**not** True"); matched against the 80 characters before each label (linear time)
+_FILLER = ("be", "been", "being", "necessarily", "definitely", "certainly", "actually", "really", "entirely", "strictly",
+           "always", "provably", "proven", "proved", "shown", "known", "to", "deemed", "considered", "quite", "exactly",
+           "absolutely", "simply", "just")
+_NEGATED = re.compile(rf"(?:\b(?:not|never|cannot|neither|nor)|n['\u2019]t)(?:[\s*_\"'`]+(?:{'|'.join(_FILLER)}))*"
+                      rf"[\s*_\"'`]+$", re.IGNORECASE)
 
 
 def check_correct(answer_text: str | None, problem: LogicProblem) -> bool:
