@@ -2,17 +2,17 @@
 
 `Judge.reply(prompts)` takes B chat prompts (lists of {"role", "content"} messages) and returns B replies, each
 a string or None when the judge could not answer (timeout, HTTP error, dead server): a failure never raises.
+The judges here also take `reply(prompts, cancel=event)`: once the event is set they send no further prompt (those
+in flight finish) and answer the rest `UNSENT`, so a reward call past its batch deadline (`rewards.registry` sets
+the event there) stops spending judge requests on rewards already zeroed; `ask_judge` counts them as `cancelled`.
 Implementations:
   - `SamplerJudge`: a model in this process through `reasoner.sampling.Sampler`, greedy, `batch_size` prompts
     per device call;
   - `EndpointJudge`: any OpenAI-compatible `POST {base_url}/chat/completions` (`reasoner serve` included),
     temperature 0, a timeout per request, retries with backoff on 408/429/5xx/connection errors, at most
     `max_concurrency` requests in flight;
-  - `CachedJudge`: wraps either with an on-disk JSONL cache keyed by (judge id, prompt), so the same trace is
-    never judged twice (temperature 0: the reply would not change). Failures are not cached. In a job of several
-    processes each appends to its own file (process k > 0: `<stem>.p<k><suffix>` beside the path) and every file
-    is read back at start: appends of several processes to one file (a shared workdir, NFS) can interleave and
-    tear lines, while per-process files keep every process's replies for the next run.
+  - `CachedJudge` (`reasoner.judges.cache`): wraps either with an on-disk JSONL cache keyed by (judge id, prompt),
+    so the same trace is never judged twice (temperature 0: the reply would not change); one file per writer.
 The judge id names everything besides the prompt (which carries the rubric) that decides a reply: an endpoint's
 URL, model, temperature and max_tokens; a sampler's label, model architecture and dtypes, chat template,
 max_new_tokens and max_len. Settings that only decide whether a reply comes (API key, timeout, retries,
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import functools
 import hashlib
+import inspect
 import json
-import pathlib
-import re
 import threading
 import time
 from collections.abc import Sequence
@@ -44,7 +44,37 @@ Messages = list[dict]
 class Judge(Protocol):
     judge_id: str  # names the model and its settings; part of the cache key
 
-    def reply(self, prompts: Sequence[Messages]) -> list[str | None]: ...
+    def reply(self, prompts: Sequence[Messages]) -> list[str | None]: ...  # may also take `cancel=` (module doc)
+
+
+class _Unsent:
+    """The type of UNSENT: one object, its repr its name."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSENT"
+
+
+UNSENT = _Unsent()
+"""The reply of a prompt not sent because the caller's `cancel` was set: no judge failure, never cached."""
+
+
+def _takes_cancel(method) -> bool:
+    try:
+        return "cancel" in inspect.signature(method).parameters
+    except (TypeError, ValueError):  # a callable without a signature
+        return False
+
+
+def reply_with_cancel(judge: Judge, prompts: list[Messages], cancel: threading.Event | None) -> list:
+    """`judge.reply(prompts)`, passing `cancel` to a judge whose `reply` takes it (it stops sending once the event
+    is set); a judge without it is asked for all prompts, or for none (all UNSENT) when the event is already set."""
+    if cancel is None:
+        return judge.reply(prompts)
+    if _takes_cancel(judge.reply):
+        return judge.reply(prompts, cancel=cancel)
+    return [UNSENT] * len(prompts) if cancel.is_set() else judge.reply(prompts)
 
 
 def judge_messages(kind: str, *, source: str, observation: str, reasoning: str) -> Messages:
@@ -87,7 +117,7 @@ class JudgeCounters:
     its distinct judges."""
 
     requests: int = 0
-    """Judgements asked for: one per prompt, = valid + invalid + failed."""
+    """Judgements asked for: one per prompt sent (or answered from the cache), = valid + invalid + failed."""
     valid: int = 0
     """Replies the parser read as a valid judgement."""
     invalid: int = 0
@@ -101,18 +131,29 @@ class JudgeCounters:
     """Prompts a `CachedJudge` did not find in its cache (passed on to the judge; identical ones asked once)."""
     last_reason: str = ""
     """Why the latest invalid or failed judgement was not valid (the parser's reason, or "judge call failed")."""
+    cancelled: int = 0
+    """Prompts not sent because the caller's `cancel` was set (a reward call past its deadline); not in requests."""
 
 
-def ask_judge(judge: Judge, prompts: Sequence[Messages], parse, *, failed, counters: JudgeCounters | None = None):
+def ask_judge(judge: Judge, prompts: Sequence[Messages], parse, *, failed, counters: JudgeCounters | None = None,
+              cancel: threading.Event | None = None, unsent=None):
     """Asks `judge` for every prompt; each reply goes through `parse(text, messages) -> (result, valid, reason)`
-    (messages: the prompt it answers), a failed call (None reply) gives `failed`. Returns the results in prompt
-    order and counts every request in `counters` (and, through a `CachedJudge`, its cache hits and misses)."""
-    replies = (judge.reply(list(prompts), counters=counters) if isinstance(judge, CachedJudge)
-               else judge.reply(list(prompts)))
+    (messages: the prompt it answers), a failed call (None reply) gives `failed`, a prompt not sent because `cancel`
+    was set gives `unsent`. Returns the results in prompt order and counts every request in `counters` (and, through
+    a `CachedJudge`, its cache hits and misses)."""
+    from reasoner.judges.cache import CachedJudge
+
+    replies = (judge.reply(list(prompts), counters=counters, cancel=cancel) if isinstance(judge, CachedJudge)
+               else reply_with_cancel(judge, list(prompts), cancel))
     if len(replies) != len(prompts):
         raise ValueError(f"judge {judge.judge_id!r} returned {len(replies)} replies for {len(prompts)} prompts")
     out = []
     for messages, text in zip(prompts, replies):
+        if text is UNSENT:
+            if counters is not None:
+                counters.cancelled += 1
+            out.append(unsent)
+            continue
         result, valid, reason = (failed, False, "judge call failed") if text is None else parse(text, messages)
         if counters is not None:
             counters.requests += 1
@@ -128,15 +169,17 @@ def ask_judge(judge: Judge, prompts: Sequence[Messages], parse, *, failed, count
     return out
 
 
-def score_traces(judge: Judge, kind: str, prompts: Sequence[Messages],
-                 counters: JudgeCounters | None = None) -> list[Judgement]:
-    """One `Judgement` per prompt; a failed call or an invalid reply scores 0 and is counted."""
+def score_traces(judge: Judge, kind: str, prompts: Sequence[Messages], counters: JudgeCounters | None = None, *,
+                 cancel: threading.Event | None = None) -> list[Judgement | None]:
+    """One `Judgement` per prompt; a failed call or an invalid reply scores 0 and is counted. With `cancel`, the
+    prompts not sent because it was set are None (counted as cancelled): they were not judged at all."""
     def parse(text, messages):
         prompt = "\n".join(m["content"] for m in messages if isinstance(m.get("content"), str))
         judgement = parse_judgement(kind, text, prompt)
         return judgement, judgement.valid, judgement.reason
 
-    return ask_judge(judge, prompts, parse, failed=Judgement(0.0, False, "judge call failed"), counters=counters)
+    return ask_judge(judge, prompts, parse, failed=Judgement(0.0, False, "judge call failed"), counters=counters,
+                     cancel=cancel)
 
 
 class EndpointJudge:
@@ -161,13 +204,17 @@ class EndpointJudge:
     def last_error(self) -> str:
         return self.endpoint.last_error
 
-    def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
+    def reply(self, prompts: Sequence[Messages], *, cancel: threading.Event | None = None) -> list:
+        """One reply per prompt, at most `max_concurrency` requests in flight; once `cancel` is set no further request
+        starts (those in flight finish, with their retries) and the rest are UNSENT."""
         if not prompts:
             return []
         with cf.ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(prompts))) as pool:
-            return list(pool.map(self._request, prompts))
+            return list(pool.map(functools.partial(self._request, cancel=cancel), prompts))
 
-    def _request(self, messages: Messages) -> str | None:
+    def _request(self, messages: Messages, *, cancel: threading.Event | None = None):
+        if cancel is not None and cancel.is_set():  # checked as each request's turn comes, not when it was queued
+            return UNSENT
         body = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
         # ChatEndpoint never raises (a reply cut off mid-body is retried, then None): a failure is a None reply
         return self.endpoint.complete(body, _content_of)[0]
@@ -219,13 +266,15 @@ class SamplerJudge:
         self.calls = 0
         self._lock = threading.Lock()
 
-    def reply(self, prompts: Sequence[Messages]) -> list[str | None]:
+    def reply(self, prompts: Sequence[Messages], *, cancel: threading.Event | None = None) -> list:
+        """The greedy replies; once `cancel` is set no further batch runs (the rest are UNSENT), so a call past its
+        deadline does not hold the model, and the next batch's call waiting for it, any longer than its batch."""
         if not prompts:
             return []
         with self._lock:
-            return self._reply(prompts)
+            return self._reply(prompts, cancel)
 
-    def _reply(self, prompts: Sequence[Messages]) -> list[str | None]:
+    def _reply(self, prompts: Sequence[Messages], cancel: threading.Event | None) -> list:
         from reasoner.sampling.buckets import bucket_length
         from reasoner.tokenization import chat_ids
 
@@ -234,6 +283,9 @@ class SamplerJudge:
         out: list[str | None] = []
         for lo in range(0, len(ids), self.batch_size):
             chunk = ids[lo:lo + self.batch_size]
+            if cancel is not None and cancel.is_set():
+                out.extend([UNSENT] * len(chunk))
+                continue
             padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
             completions = self.sampler.generate(padded, self.params, max_len=max_len)
             self.calls += 1
@@ -241,73 +293,11 @@ class SamplerJudge:
         return out
 
 
-def cache_files(path: str | pathlib.Path) -> list[pathlib.Path]:
-    """The files of the judge cache at `path`: `path` itself (process 0's) and `<stem>.p<k><suffix>` of every other
-    process that appended to it, in process order."""
-    path = pathlib.Path(path)
-    pattern = re.compile(re.escape(path.stem) + r"\.p(\d+)" + re.escape(path.suffix))
-    names = [f for f in path.parent.iterdir()] if path.parent.is_dir() else []  # not glob: a '[' in the name
-    others = sorted(((int(m.group(1)), f) for f in names if (m := pattern.fullmatch(f.name))), key=lambda p: p[0])
-    return ([path] if path.exists() else []) + [f for _, f in others]
+def __getattr__(name: str):
+    """`CachedJudge` and `cache_files` live in `reasoner.judges.cache` (which imports this module); still importable
+    from here."""
+    if name in ("CachedJudge", "cache_files"):
+        from reasoner.judges import cache
 
-
-class CachedJudge:
-    """`judge` behind an append-only JSONL cache at `path`: one `{"key", "reply"}` line per answered prompt, the
-    key the sha256 of (judge id, prompt). Thread-safe; a torn last line (a killed run) is skipped on load.
-
-    process: the index of this process in the job (default `reasoner.distributed.process_index()`); process 0
-    appends to `path`, process k to `<stem>.p<k><suffix>`, and all of them (`cache_files`) are read at start.
-    counters: hits and misses are counted here, and in the counters a call passes (`ask_judge`)."""
-
-    def __init__(self, judge: Judge, path: str | pathlib.Path, counters: JudgeCounters | None = None, *,
-                 process: int | None = None):
-        from reasoner import distributed
-
-        self.judge, self.path = judge, pathlib.Path(path)
-        self.judge_id = judge.judge_id
-        self.counters = counters
-        process = distributed.process_index() if process is None else int(process)
-        if process < 0:
-            raise ValueError(f"process={process}: expected a process index >= 0")
-        self.write_path = self.path if process == 0 else self.path.with_name(
-            f"{self.path.stem}.p{process}{self.path.suffix}")
-        self._lock = threading.Lock()
-        self._replies: dict[str, str] = {}
-        for file in cache_files(self.path):
-            for line in file.read_text(encoding="utf-8").splitlines():
-                try:
-                    row = json.loads(line)
-                    self._replies[row["key"]] = row["reply"]
-                except (ValueError, KeyError, TypeError):
-                    continue
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-
-    def key(self, prompt: Messages) -> str:
-        blob = json.dumps([self.judge_id, prompt], sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-    def reply(self, prompts: Sequence[Messages], *, counters: JudgeCounters | None = None) -> list[str | None]:
-        """The replies, cached ones first; hits and misses counted in `self.counters` and `counters` (once when they
-        are the same object)."""
-        keys = [self.key(p) for p in prompts]
-        with self._lock:
-            out: list[str | None] = [self._replies.get(k) for k in keys]
-            missing = [i for i, r in enumerate(out) if r is None]
-            for c in {id(c): c for c in (self.counters, counters) if c is not None}.values():
-                c.cache_hits += len(prompts) - len(missing)
-                c.cache_misses += len(missing)
-        # Identical prompts in one batch (G samples that wrote the same trace) are asked once.
-        unique = list(dict.fromkeys(keys[i] for i in missing))
-        first = {k: next(i for i in missing if keys[i] == k) for k in unique}
-        fresh = self.judge.reply([prompts[first[k]] for k in unique]) if unique else []
-        if len(fresh) != len(unique):  # zip would drop the rest, and a KeyError name a hash
-            raise ValueError(f"judge {self.judge_id!r} returned {len(fresh)} replies for {len(unique)} prompts")
-        got = dict(zip(unique, fresh))
-        with self._lock, self.write_path.open("a", encoding="utf-8") as f:
-            for k, text in got.items():
-                if text is not None and k not in self._replies:
-                    self._replies[k] = text
-                    f.write(json.dumps({"key": k, "reply": text}, ensure_ascii=False) + "\n")
-        for i in missing:
-            out[i] = got[keys[i]]
-        return out
+        return getattr(cache, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

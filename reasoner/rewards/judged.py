@@ -9,6 +9,13 @@ the completion's `<think>` span (the whole completion without one, App. D.3); th
 example's source (`example[source_key]`, or the fixed `source` option). A failed judge call or an invalid reply
 scores 0 and is counted in the judge's `JudgeCounters` (never raises, never stops the step).
 
+The rewards take the registry's `cancel` event: a call past its `timeout_s` (its batch already scored 0, counted as
+timeouts) sends no further judge request once the event is set (requests in flight finish); the completions left
+unjudged get `RewardFailure("timeout")`, what the registry counts a completion scored 0 for time as (None would read
+"not applicable" and leave the completion out of the weighted sum; 0.0 would count as scored), and the judge's
+counters count their prompts as `cancelled`. Before, a late call of a hung or slow judge went on asking for every
+completion of a batch whose rewards were already zeroed, while the next batches' calls queued behind it.
+
 Options: judge = {"endpoint": base_url, "model": name, ...EndpointJudge keywords} or {"sampler": checkpoint path,
 "max_new_tokens": n, "batch_size": b}; cache = JSONL path ("" for none). Rewards built with the same judge and
 cache share one judge object (one connection pool, one cache, one set of counters).
@@ -24,7 +31,7 @@ from typing import Any
 from reasoner.judges import (CachedJudge, EndpointJudge, Judge, JudgeCounters, SamplerJudge, judge_messages,
                              score_traces, think_span)
 from reasoner.judges.prompts import DATASET_NOTES
-from reasoner.rewards.registry import completion_text, register_reward
+from reasoner.rewards.registry import RewardFailure, completion_text, register_reward
 
 _JUDGES: dict[str, tuple[Judge, JudgeCounters]] = {}
 _JUDGES_LOCK = threading.Lock()
@@ -76,13 +83,16 @@ def _judged(kind: str, *, judge: Mapping[str, Any] | Judge, cache: str, source: 
     else:
         the_judge, counters = judge, JudgeCounters()
 
-    def reward(completions, *, examples):
+    def reward(completions, *, examples, cancel: threading.Event | None = None):
         prompts = []
         for completion, example in zip(completions, examples):
             name = source or example.get(source_key, "")
             prompts.append(judge_messages(kind, source=name, observation=policy_user_message(example[prompt_key]),
                                           reasoning=think_span(completion_text(completion))))
-        return [j.score for j in score_traces(the_judge, kind, prompts, counters)]
+        judgements = score_traces(the_judge, kind, prompts, counters, cancel=cancel)
+        unsent = RewardFailure("timeout", f"judged_{kind}: judge request not sent, the call was cancelled at its "
+                                          "deadline")
+        return [unsent if j is None else j.score for j in judgements]
 
     reward.judge, reward.counters = the_judge, counters
     return reward

@@ -60,3 +60,31 @@ def test_calls_from_several_threads_take_turns_and_reply_as_one_call_does(judge)
     finally:
         del judge.sampler.generate
     assert got == [want] * 4 and most[0] == 1
+
+
+def test_cancel_stops_before_the_next_batch_and_the_rest_are_unsent(judge):
+    """A reward call past its deadline holds the model (and the next batch's call waiting for it) for one batch at
+    most: once `cancel` is set no further batch runs; the unrun prompts are UNSENT, counted as cancelled."""
+    import threading
+
+    from reasoner.judges.judge import UNSENT
+
+    prompts = [judge_messages("directionality", source="crypto", observation=f"pairs {i}", reasoning=f"trace {i}")
+               for i in range(5)]
+    want = judge.reply(prompts)
+    cancel, generate, calls = threading.Event(), judge.sampler.generate, judge.calls
+
+    def then_cancel(*args, **kwargs):
+        cancel.set()  # the deadline passes while the first batch runs
+        return generate(*args, **kwargs)
+
+    judge.sampler.generate = then_cancel
+    try:
+        assert judge.reply(prompts, cancel=cancel) == want[:2] + [UNSENT] * 3  # batches of 2: the first ran
+        assert judge.calls == calls + 1
+        counters = JudgeCounters()
+        out = score_traces(judge, "directionality", prompts, counters, cancel=cancel)
+        assert out == [None] * 5 and judge.calls == calls + 1  # set before the call: nothing runs
+        assert (counters.requests, counters.cancelled) == (0, 5)
+    finally:
+        del judge.sampler.generate
