@@ -20,7 +20,7 @@ from reasoner.evaluation_endpoint import EndpointModel
 from reasoner.tasks.astar import problem_from_record, sft_completion
 from tests.chat_stub import ChatStub, serve
 
-SPEC = DeepRDSpec(min_lookahead=2, max_lookahead=3, min_branches=2, max_branches=3, extra_ratio=0.0, max_degree=3)
+SPEC = DeepRDSpec(lookahead=(2, 3), branches=(2, 3), extra_ratio=0.0, max_degree=3)
 CONFIG = str(pathlib.Path(__file__).resolve().parents[1] / "configs" / "astar_demo.py")
 
 

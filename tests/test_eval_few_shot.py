@@ -17,7 +17,7 @@ from reasoner.tasks.astar import (few_shot_choice, few_shot_messages, messages_w
                                    sft_completion)
 from reasoner.tokenization import chat_ids
 
-SPEC = DeepRDSpec(min_lookahead=2, max_lookahead=3, min_branches=2, max_branches=3, extra_ratio=0.0, max_degree=3)
+SPEC = DeepRDSpec(lookahead=(2, 3), branches=(2, 3), extra_ratio=0.0, max_degree=3)
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 

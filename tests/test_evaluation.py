@@ -15,7 +15,7 @@ from reasoner.evaluation import (EvalSettings, evaluate_completions, generate_co
                                  write_report)
 from reasoner.tasks.astar import problem_from_record, sft_completion
 
-SPEC = DeepRDSpec(min_lookahead=2, max_lookahead=4, min_branches=2, max_branches=3, extra_ratio=0.3, max_degree=3)
+SPEC = DeepRDSpec(lookahead=(2, 4), branches=(2, 3), extra_ratio=0.3, max_degree=3)
 Z95 = 1.959963984540054
 
 

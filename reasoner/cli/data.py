@@ -98,14 +98,12 @@ def _build_deeprd(args) -> int:
     from reasoner.data.tfds_builders import Deeprd, DeeprdConfig, read_splits
 
     try:
-        spec = DeepRDSpec(min_lookahead=args.lookahead[0], max_lookahead=args.lookahead[1],
-                          min_branches=args.branches[0], max_branches=args.branches[1])
+        spec = DeepRDSpec(lookahead=tuple(args.lookahead), branches=tuple(args.branches))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     params = {"seed": args.seed, "train": args.train, "validation": args.validation, "test": args.test,
-              "spec": [spec.min_lookahead, spec.max_lookahead, spec.min_branches, spec.max_branches,
-                       spec.extra_ratio, spec.max_degree]}
+              "spec": [*spec.lookahead, *spec.branches, spec.extra_ratio, spec.max_degree]}
     extra: dict = {}
     if args.source:
         from reasoner.data.deeprd_generator import GeneratorFormatError, load_generator_file, push_table

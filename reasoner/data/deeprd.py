@@ -35,21 +35,24 @@ _ENTITIES = ("Alex", "Sam", "Max", "Fae", "Rex", "Polly", "Wren", "Stella", "Sal
 
 @dataclasses.dataclass(frozen=True)
 class DeepRDSpec:
-    """Ranges are inclusive. Up to `extra_ratio * B * L` extra vertices (DeepRD sizes its graphs for about twice the
-    branch vertices), each with fewer than `max_degree` children and fewer than `max_degree` parents."""
+    """Up to `extra_ratio * B * L` extra vertices (DeepRD sizes its graphs for about twice the branch vertices), each
+    with fewer than `max_degree` children and fewer than `max_degree` parents."""
 
-    min_lookahead: int = 5
-    max_lookahead: int = 10
-    min_branches: int = 4
-    max_branches: int = 8
+    lookahead: tuple[int, int] = (5, 10)
+    """Inclusive range (min, max) of L, the goal's proof depth; each problem draws one uniformly."""
+    branches: tuple[int, int] = (4, 8)
+    """Inclusive range (min, max) of B, the start's out-degree (1 main path + B - 1 distractors)."""
     extra_ratio: float = 1.0
     max_degree: int = 4
 
     def __post_init__(self):
-        if not 1 <= self.min_lookahead <= self.max_lookahead:
-            raise ValueError(f"lookahead range [{self.min_lookahead}, {self.max_lookahead}]: expected 1 <= min <= max")
-        if not 1 <= self.min_branches <= self.max_branches:
-            raise ValueError(f"branch range [{self.min_branches}, {self.max_branches}]: expected 1 <= min <= max")
+        for name in ("lookahead", "branches"):
+            value = getattr(self, name)
+            if isinstance(value, list):  # a config or JSON pair; frozen into a tuple so specs stay hashable
+                object.__setattr__(self, name, value := tuple(value))
+            if (not isinstance(value, tuple) or len(value) != 2 or not all(isinstance(v, int) for v in value)
+                    or not 1 <= value[0] <= value[1]):
+                raise ValueError(f"DeepRDSpec {name}={value!r}: expected a pair of ints (min, max), 1 <= min <= max")
         if self.extra_ratio < 0 or self.max_degree < 1:
             raise ValueError(f"extra_ratio={self.extra_ratio}, max_degree={self.max_degree}: "
                              "expected >= 0 and >= 1")
@@ -152,8 +155,8 @@ def _distance(edges: list[tuple[int, int]], source: int, target: int) -> int | N
 def generate_problem(*, seed: int, split: str, index: int, spec: DeepRDSpec = DeepRDSpec()) -> DeepRDProblem:
     """The problem at (seed, split, index); a pure function of its arguments."""
     rng = random.Random(f"deeprd/{seed}/{split}/{index}")
-    lookahead = rng.randint(spec.min_lookahead, spec.max_lookahead)
-    branches = rng.randint(spec.min_branches, spec.max_branches)
+    lookahead = rng.randint(*spec.lookahead)
+    branches = rng.randint(*spec.branches)
     edges: list[tuple[int, int]] = []
     count = [1]  # vertex 0 is the start
 

@@ -9,6 +9,8 @@ show (`logit_bound`), which `reasoner parity` uses as its default tolerance.
 
 from __future__ import annotations
 
+import importlib.resources
+import json
 import math
 import time
 
@@ -35,32 +37,10 @@ def logit_bound(cfg, *, seq_len: int, max_abs_logit: float) -> float:
     depth = cfg.num_layers * per_layer + 2 * d + cfg.vocab_size
     return PROB_LAMBDA * math.sqrt(depth) * EPS32 * float(max_abs_logit)
 
-PARITY_CHATS: list[list[dict[str, str]]] = [
-    [{"role": "user", "content": "All cats are mammals. Tom is a cat. Is Tom a mammal? Explain each deduction "
-                                 "step and name the rule you use at each step."}],
-    [{"role": "system", "content": "You are a careful logician. Answer with a short proof."},
-     {"role": "user", "content": "If it rains, the grass is wet. The grass is not wet. Did it rain? "
-                                 "Give the name of the inference rule."}],
-    [{"role": "user", "content": "Solve for x: 3x + 7 = 22. Then check your answer by substituting it back "
-                                 "into the equation, and say whether the check passes."}],
-    [{"role": "user", "content": "A train leaves at 9:40 and the trip takes 2 hours and 35 minutes. When does "
-                                 "it arrive? Show the arithmetic on the minutes and the hours separately."}],
-    [{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number iteratively."},
-     {"role": "assistant", "content": "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
-                                      "    return a"},
-     {"role": "user", "content": "What is its time complexity, and what does fib(10) return?"}],
-    [{"role": "user", "content": "Every bird that can fly has wings. Penguins are birds that cannot fly. "
-                                 "Do penguins have wings? Is the answer entailed by the premises alone?"}],
-    [{"role": "user", "content": "Translate to first-order logic: 'Every student who studies passes some exam.' "
-                                 "Then give one model in which the sentence is true."}],
-    [{"role": "system", "content": "Think step by step before answering."},
-     {"role": "user", "content": "Alice is older than Bob. Bob is older than Carol. Carol is older than Dan. "
-                                 "Who is the youngest, and how many people are older than Carol?"}],
-    [{"role": "user", "content": "Is the following argument valid? Some doctors are athletes. All athletes are "
-                                 "disciplined. Therefore some doctors are disciplined. Justify in two sentences."}],
-    [{"role": "user", "content": "Name three differences between breadth-first search and A* search, and say "
-                                 "when A* with an admissible heuristic returns an optimal path."}],
-]
+
+PARITY_CHATS: list[list[dict[str, str]]] = json.loads(
+    importlib.resources.files(__package__).joinpath("parity_chats.json").read_text(encoding="utf-8"))
+"""Ten chats (system, multi-turn, code, logic, arithmetic), shipped beside this module as data."""
 
 
 def run_parity(model_name: str, *, mesh_spec: str | None = None) -> dict:

@@ -70,8 +70,9 @@ def _split_records(d, split: str) -> list[dict]:
         if d.dataset != "deeprd":
             raise ValueError(f"data.dataset={d.dataset!r} without data.records or data.tfds_name: only DeepRD is "
                              "generated here; expected 'deeprd' or a records source")
-        spec = DeepRDSpec(min_lookahead=d.min_lookahead, max_lookahead=d.max_lookahead, min_branches=d.min_branches,
-                          max_branches=d.max_branches, extra_ratio=d.extra_ratio, max_degree=d.max_degree)
+        spec = DeepRDSpec(lookahead=(int(d.min_lookahead), int(d.max_lookahead)),
+                          branches=(int(d.min_branches), int(d.max_branches)), extra_ratio=d.extra_ratio,
+                          max_degree=d.max_degree)
         return deeprd_records(seed=int(d.seed), split=split, size=limit, spec=spec)
     return rows[:limit] if limit > 0 else rows
 

@@ -25,23 +25,25 @@ MIN_TEMPERATURE = 1e-6  # smallest positive temperature: logits of |z| ~ 1e2 div
 class SamplingParams:
     """How to sample one request (a batch of prompts shares one `SamplingParams`).
 
-    max_new_tokens: tokens generated per row and turn (>= 1).
-    temperature: 0 -> greedy (argmax); >= MIN_TEMPERATURE divides the logits (between: refused).
-    top_k: keep the k most likely tokens (0 = off). top_p: nucleus mass in (0, 1] (1 = off).
-    n: samples per prompt. seed: 0 <= seed < 2**32.
+    Where a row ends:
+    max_new_tokens: tokens generated per row and turn (>= 1; finish reason `length`).
     eos_ids: ids that end a row (finish reason `eos`); None -> the tokenizer's end-of-turn ids.
     stop: strings that end a row (finish reason `stop`); the text keeps the stop string and is
       cut right after it, the tokens end with the token that completed it.
+    How each token is drawn:
+    temperature: 0 -> greedy (argmax); >= MIN_TEMPERATURE divides the logits (between: refused).
+    top_k: keep the k most likely tokens (0 = off). top_p: nucleus mass in (0, 1] (1 = off).
+    n: samples per prompt. seed: 0 <= seed < 2**32.
     """
 
     max_new_tokens: int = 128
+    eos_ids: tuple[int, ...] | None = None
+    stop: tuple[str, ...] = ()
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     n: int = 1
     seed: int = 0
-    eos_ids: tuple[int, ...] | None = None
-    stop: tuple[str, ...] = ()
 
     def __post_init__(self):
         # Lists are accepted for convenience and frozen into tuples so params stay hashable.

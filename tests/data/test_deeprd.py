@@ -94,8 +94,7 @@ def test_logic_mode_text_parses_back_to_the_program(problems):
 
 
 def test_record_matches_a_fresh_search():
-    p = generate_problem(seed=1, split="train", index=0, spec=DeepRDSpec(min_lookahead=3, max_lookahead=3,
-                                                                       min_branches=2, max_branches=2))
+    p = generate_problem(seed=1, split="train", index=0, spec=DeepRDSpec(lookahead=(3, 3), branches=(2, 2)))
     rec = problem_record(p)
     assert rec["depth"] == 3 and rec["pushes"][0] >= rec["pushes"][2] >= 3
 
@@ -108,8 +107,8 @@ def test_a_problem_that_breaks_the_spec_is_rejected_by_name():
         problem_record(dataclasses.replace(p, lookahead=p.lookahead - 1))
 
 
-@pytest.mark.parametrize("kwargs", [dict(min_lookahead=6, max_lookahead=5), dict(min_branches=0),
-                                    dict(extra_ratio=-1.0)])
+@pytest.mark.parametrize("kwargs", [dict(lookahead=(6, 5)), dict(branches=(0, 3)),
+                                    dict(branches=(2,)), dict(lookahead=(2.5, 4)), dict(extra_ratio=-1.0)])
 def test_bad_spec(kwargs):
     with pytest.raises(ValueError, match="expected"):
         DeepRDSpec(**kwargs)

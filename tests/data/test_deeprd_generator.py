@@ -169,7 +169,7 @@ def test_data_build_cost_sum_stores_sum_cost_pushes(tmp_path, capsys):
     assert main(args + ["--cost", "sum"]) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
     rows = [json.loads(line) for line in (tmp_path / "s.train.jsonl").read_text().splitlines()]
-    spec = DeepRDSpec(min_lookahead=3, max_lookahead=4, min_branches=2, max_branches=3)
+    spec = DeepRDSpec(lookahead=(3, 4), branches=(2, 3))
     assert len(rows) == 3
     for row in rows:  # TFDS shuffles: the index is the id's last field
         p = generate_problem(seed=0, split="train", index=int(row["id"].rsplit("-", 1)[1]), spec=spec)

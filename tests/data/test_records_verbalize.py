@@ -49,6 +49,6 @@ def test_raw_records_round_trip(shared_data):
 
 @pytest.mark.parametrize("index", range(4))
 def test_deeprd_records_round_trip(index):
-    spec = DeepRDSpec(min_lookahead=4, max_lookahead=6, min_branches=3, max_branches=4)
+    spec = DeepRDSpec(lookahead=(4, 6), branches=(3, 4))
     rec = _round_trip(problem_record(generate_problem(seed=2, split="train", index=index, spec=spec)), "deeprd")
     assert rec["rule_texts"][0].startswith("If someone is ") and rec["depth"] == rec["source"]["lookahead"]

@@ -11,7 +11,7 @@ from reasoner.data.deeprd import DeepRDSpec
 from reasoner.data.jsonl import write_jsonl
 from reasoner.metrics.pareto import summarise_model
 
-SPEC = DeepRDSpec(min_lookahead=3, max_lookahead=5, min_branches=2, max_branches=4, extra_ratio=0.5, max_degree=3)
+SPEC = DeepRDSpec(lookahead=(3, 5), branches=(2, 4), extra_ratio=0.5, max_degree=3)
 N = 20
 
 

@@ -20,7 +20,7 @@ from search.astar import solve
 from tests.tolerances import score_atol, ulps
 
 NAMES = ("correctness", "step_count", "astar_dependency", "astar_true")
-SPEC = DeepRDSpec(min_lookahead=2, max_lookahead=4, min_branches=2, max_branches=3, extra_ratio=0.3, max_degree=3)
+SPEC = DeepRDSpec(lookahead=(2, 4), branches=(2, 3), extra_ratio=0.3, max_degree=3)
 G = 8
 
 

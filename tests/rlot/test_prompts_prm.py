@@ -96,7 +96,7 @@ def test_astar_step_prm_accepts_a_proof_step_by_step_and_rejects_a_broken_step()
     from reasoner.data.deeprd import DeepRDSpec
     from reasoner.tasks.astar import problem_from_record, sft_completion
 
-    spec = DeepRDSpec(min_lookahead=2, max_lookahead=3, min_branches=2, max_branches=2, extra_ratio=0.0, max_degree=3)
+    spec = DeepRDSpec(lookahead=(2, 3), branches=(2, 2), extra_ratio=0.0, max_degree=3)
     problems = [problem_from_record(r) for r in deeprd_records(seed=0, split="test", size=3, spec=spec)]
     questions = [p.verbalizer.context(p.goal) for p in problems]
     prm = AStarStepPRM(dict(zip(questions, problems)))

@@ -17,7 +17,7 @@ from reasoner.tasks.astar import (INSTRUCTION, problem_from_record, prompt_messa
                                   sft_completion)
 from tests.data.reference import bfs_distances
 
-SPEC = DeepRDSpec(min_lookahead=3, max_lookahead=5, min_branches=2, max_branches=4, extra_ratio=0.5, max_degree=3)
+SPEC = DeepRDSpec(lookahead=(3, 5), branches=(2, 4), extra_ratio=0.5, max_degree=3)
 STEP = re.compile(r'^Since (\w+) is (\w+), by the rule "If someone is (\w+), they are (\w+)\.", (\w+) is (\w+)\.$')
 
 

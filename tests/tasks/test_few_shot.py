@@ -12,7 +12,7 @@ from reasoner.data.deeprd import DeepRDSpec
 from reasoner.tasks.astar import (FEW_SHOT_K, few_shot_choice, few_shot_messages, problem_from_record,
                                   prompt_messages, score_completion)
 
-SPEC = DeepRDSpec(min_lookahead=2, max_lookahead=3, min_branches=2, max_branches=3, extra_ratio=0.0, max_degree=3)
+SPEC = DeepRDSpec(lookahead=(2, 3), branches=(2, 3), extra_ratio=0.0, max_degree=3)
 
 
 @pytest.fixture(scope="module")
