@@ -4,12 +4,13 @@
     threading.Thread(target=server.serve_forever).start()
     OpenAI(base_url=server.url, api_key="-").chat.completions.create(model="smollm2", messages=[...])
 
-Modules, bottom up: `protocol` (request validation, error bodies), `render` (chat template with tools, reply ->
-tool calls), `backend` (the one interface to a generator: `Backend.generate(requests)`; `SamplerBackend` over
-`reasoner.sampling.Sampler`), `batcher` (requests arriving together -> shared batches, one log line each),
-`service` (chat.completion and chunk bodies), `http` (the threading HTTP server, SSE, graceful shutdown),
-`engine_loop` (batcher and backend at once over the continuous-batching `RolloutEngine`: requests join the
-running rows between two decode chunks), `model_source` (what `--model` may name).
+Modules, bottom up: `protocol` (request validation, error bodies), `render` (chat template with tools and a
+client's `chat_template_kwargs`, reply -> tool calls), `backend` (the one interface to a generator:
+`Backend.generate(requests)`; `SamplerBackend` over `reasoner.sampling.Sampler`), `batcher` (requests arriving
+together -> shared batches, one log line each), `service` (chat.completion and chunk bodies), `completions`
+(`/v1/completions`, the legacy text API, over the same service), `http` (the threading HTTP server, SSE, graceful
+shutdown), `engine_loop` (batcher and backend at once over the continuous-batching `RolloutEngine`: requests join
+the running rows between two decode chunks), `model_source` (what `--model` may name).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The HTTP layer: standard-library `ThreadingHTTPServer`, one thread per connection, JSON and server-sent events.
 
-Routes: `GET /v1/models`, `GET /health`, `POST /v1/chat/completions` (stream=true answers `text/event-stream`:
-`data: {chunk}` lines and a final `data: [DONE]`). Errors use OpenAI's JSON: 400 for a bad body (invalid JSON,
+Routes: `GET /v1/models`, `GET /health`, `POST /v1/chat/completions` and `POST /v1/completions` (the legacy text
+API, `reasoner.serve.completions`); stream=true answers `text/event-stream`: `data: {chunk}` lines and a final
+`data: [DONE]`. Errors use OpenAI's JSON: 400 for a bad body (invalid JSON,
 too large, wrong fields), 404 for an unknown route, 500 when the batch holding the request failed, 503 while
 shutting down. HTTP/1.1 keep-alive for JSON answers; a stream closes its connection when done.
 
@@ -27,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from reasoner.serve.batcher import ServerClosing
+from reasoner.serve.completions import TextCompletions
 from reasoner.serve.protocol import RequestError, error_body
 from reasoner.serve.service import ChatService
 
@@ -90,10 +92,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(RequestError(f"no route GET {self.path}", status=404, code="not_found"))
 
     def do_POST(self):  # noqa: N802
-        if self._route() != "/v1/chat/completions":
+        api = {"/v1/chat/completions": self.server.service, "/v1/completions": self.server.completions}.get(
+            self._route())
+        if api is None:
             self.close_connection = True  # the body was not read
-            self._send_error(RequestError(f"no route POST {self.path} (expected /v1/chat/completions)", status=404,
-                                          code="not_found"))
+            self._send_error(RequestError(f"no route POST {self.path} (expected /v1/chat/completions or "
+                                          "/v1/completions)", status=404, code="not_found"))
             return
         try:
             body = self._read_json()  # before the in-flight count: a stalled upload never holds up shutdown
@@ -109,11 +113,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with self.server.tracker:
             try:
-                prep = self.server.service.prepare(body)
+                prep = api.prepare(body)
                 if prep.request.stream:
-                    self._stream(prep)
+                    self._stream(api, prep)
                 else:
-                    self._send_json(200, self.server.service.complete(prep, gone=self._client_gone))
+                    self._send_json(200, api.complete(prep, gone=self._client_gone))
             except RequestError as err:
                 self._send_error(err)
             except ServerClosing as err:
@@ -145,8 +149,8 @@ class _Handler(BaseHTTPRequestHandler):
                                "valid Unicode text", param=where or None, code="invalid_json")
         return body
 
-    def _stream(self, prep) -> None:
-        chunks = self.server.service.stream(prep)
+    def _stream(self, api, prep) -> None:
+        chunks = api.stream(prep)
         try:
             self._write_stream(chunks)
         finally:
@@ -228,6 +232,7 @@ class Server(ThreadingHTTPServer):
                  max_body_bytes: int = 4 << 20):
         super().__init__((host, port), _Handler)
         self.service, self.max_body_bytes = service, int(max_body_bytes)
+        self.completions = TextCompletions(service)  # /v1/completions, over the same batcher and backend
         self.tracker = _InFlight()
         self.started = int(time.time())
         self._connections: dict[threading.Thread, socket.socket] = {}  # open connections, by their handler thread

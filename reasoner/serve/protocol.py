@@ -4,12 +4,15 @@
 (HTTP 400, OpenAI's error shape `{"error": {"message", "type", "param", "code"}}`) naming the field and what
 was expected. Fields that would change the output and that the sampler cannot honour (`logit_bias`,
 penalties, `response_format` other than text, a forced `tool_choice`) are refused, never silently ignored;
-fields that do not change the output (`user`, `metadata`, `store`, ...) are accepted and ignored.
+fields that do not change the output (`user`, `metadata`, `store`, ...) are accepted and ignored. vLLM's
+`chat_template_kwargs` (variables for the chat template) is honoured, never ignored: it changes the prompt.
+The text-completions endpoint's body is `reasoner.serve.completions`' (it shares this module's field checks).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any
 
@@ -43,6 +46,7 @@ class ChatRequest:
     tools: OpenAI function-tool schemas, or None. max_tokens: None -> the server's default.
     seed: None -> the server draws one (sampled requests are then not reproducible).
     top_logprobs: alternatives per token (0 when `logprobs` is off).
+    template_kwargs: vLLM's `chat_template_kwargs`, extra variables for the chat template (None: none).
     """
 
     model: str | None
@@ -59,6 +63,7 @@ class ChatRequest:
     top_logprobs: int = 0
     stream: bool = False
     include_usage: bool = False
+    template_kwargs: dict | None = None
 
 
 def _fail(param: str, expected: str, value: Any) -> RequestError:
@@ -180,6 +185,17 @@ def _stop(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(stops))
 
 
+def _template_kwargs(value: Any) -> dict | None:
+    """vLLM's `chat_template_kwargs`: an object of template variables (keys are strings and values JSON values by
+    JSON's own rules). Which keys clash with the renderer's arguments depends on the tokenizer: `ChatService`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _fail("chat_template_kwargs", 'an object of template variables such as {"enable_thinking": false}',
+                    value)
+    return dict(value) or None
+
+
 def _refuse_unsupported(body: dict) -> None:
     for key in ("frequency_penalty", "presence_penalty"):
         if body.get(key) not in (None, 0, 0.0):
@@ -191,6 +207,22 @@ def _refuse_unsupported(body: dict) -> None:
         raise _fail("response_format", '{"type": "text"} or absent (structured output is not supported)', fmt)
     if body.get("parallel_tool_calls") not in (None, True, False):
         raise _fail("parallel_tool_calls", "a boolean", body["parallel_tool_calls"])
+    for key, neutral in VLLM_SAMPLING_EXTRAS.items():
+        value = body.get(key)
+        if not any(value is v or (type(value) is type(v) and value == v) for v in neutral):  # True is not 1
+            ok = [v for v in neutral if v is not None]
+            shown = f"{json.dumps(ok[0])} or absent" if ok else "absent"
+            raise _fail(key, f"{shown} (vLLM's {key} is not supported here)", value)
+
+
+# vLLM's extra sampling fields (sent through `extra_body` by clients moving from vLLM) with the values that leave
+# the output as this server makes it; any other value would be silently ignored otherwise, so it is refused.
+VLLM_SAMPLING_EXTRAS = {
+    "repetition_penalty": (None, 1, 1.0), "min_p": (None, 0, 0.0), "min_tokens": (None, 0),
+    "ignore_eos": (None, False), "use_beam_search": (None, False), "prompt_logprobs": (None,),
+    "include_stop_str_in_output": (None, False), "guided_json": (None,), "guided_regex": (None,),
+    "guided_choice": (None,), "guided_grammar": (None,),
+}
 
 
 GREEDY_BELOW = 1e-5  # vLLM's rule: a temperature under it decodes greedily
@@ -232,4 +264,5 @@ def parse_chat_request(body: Any, *, max_n: int) -> ChatRequest:
         max_tokens=max_tokens, stop=_stop(body.get("stop")), seed=_int(body, "seed", low=0, high=2**32 - 1),
         logprobs=logprobs, top_logprobs=top_logprobs, stream=bool(body.get("stream")),
         include_usage=bool(stream_options.get("include_usage")),
+        template_kwargs=_template_kwargs(body.get("chat_template_kwargs")),
     )

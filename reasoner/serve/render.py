@@ -59,15 +59,39 @@ def _as_text_protocol(messages: Sequence[dict], tools: Sequence[dict] | None) ->
     return out
 
 
-def render_prompt(tokenizer, messages: Sequence[dict], tools: Sequence[dict] | None) -> str:
-    """The prompt text (generation prompt included) the model continues."""
+# Names the template sees from the renderer itself, beside `apply_chat_template`'s own parameters: the messages
+# (`conversation` is rendered as `messages`) and the jinja globals transformers defines (a variable of that name
+# would shadow the function the template calls).
+_RENDERER_VARIABLES = ("messages", "raise_exception", "strftime_now", "dict", "namespace")
+
+
+def reserved_template_keys(tokenizer) -> frozenset[str]:
+    """Names a client's `chat_template_kwargs` may not set: `apply_chat_template`'s parameters (tools,
+    add_generation_prompt, tokenize, chat_template, ...: the server sets them, or they are not template variables),
+    the renderer's own variables (`_RENDERER_VARIABLES`) and the tokenizer's special tokens (`bos_token`, ...:
+    transformers passes them as variables and a client's value would replace them silently, so the rendered text
+    would hold a marker that is not the tokenizer's). vLLM lets a client override some of these (its
+    `add_generation_prompt`, for one); here a clash is refused, naming the key, never applied half-way."""
+    import inspect
+
+    params = inspect.signature(type(tokenizer).apply_chat_template).parameters
+    own = {name for name, p in params.items() if name != "self" and p.kind is not p.VAR_KEYWORD}
+    return frozenset(own | set(_RENDERER_VARIABLES) | set(getattr(tokenizer, "special_tokens_map", {}) or {}))
+
+
+def render_prompt(tokenizer, messages: Sequence[dict], tools: Sequence[dict] | None, *,
+                  template_kwargs: dict | None = None) -> str:
+    """The prompt text (generation prompt included) the model continues. template_kwargs: extra variables for the
+    chat template (vLLM's `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`); a template that does not read
+    one renders as without it. The caller checks them against `reserved_template_keys` first."""
     from reasoner.tokenization import render_chat
 
+    extra = dict(template_kwargs or {})
     uses_tools = any(m.get("tool_calls") or m["role"] == "tool" for m in messages) or bool(tools)
     if uses_tools and not template_reads_tools(tokenizer):
-        return render_chat(tokenizer, _as_text_protocol(messages, tools))
+        return render_chat(tokenizer, _as_text_protocol(messages, tools), **extra)
     kwargs = {"tools": list(tools)} if tools else {}
-    return render_chat(tokenizer, list(messages), **kwargs)
+    return render_chat(tokenizer, list(messages), **kwargs, **extra)
 
 
 @dataclasses.dataclass(frozen=True)

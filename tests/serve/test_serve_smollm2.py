@@ -1,14 +1,17 @@
 """`reasoner serve` on the embedded SmolLM2 through the official `openai` client (slow): what the server answers
 is what our sampler generates from the same rendered prompt, also for 16 clients at once, decoded in shared
-batches. SmolLM2-135M does not emit tool calls (it answers in prose or writes Python), so the tool test checks
-that the schemas reach the prompt the model continues; the `tool_calls` path is tested in test_serve_scripted."""
+batches; `/v1/completions` answers what transformers' greedy `generate` does. SmolLM2-135M does not emit tool calls
+(it answers in prose or writes Python), so the tool test checks that the schemas reach the prompt the model
+continues; the `tool_calls` path is tested in test_serve_scripted."""
 
 import httpx2 as httpx
 import pytest
 
 from reasoner.sampling import Sampler, SamplingParams
+from reasoner.sampling.stops import decode
 from reasoner.serve.render import render_prompt
-from reasoner.tokenization import chat_ids, encode
+from reasoner.tokenization import chat_ids, encode, encode_prompt, stop_token_ids
+from tests.sampling.conftest import smollm2_torch  # noqa: F401 (a fixture: transformers' SmolLM2, f32)
 from tests.serve.conftest import start_server
 from tests.serve.test_serve_scripted import WEATHER
 
@@ -75,3 +78,29 @@ def test_sixteen_concurrent_clients_and_a_bad_request(smollm2_server):
     lines = smollm2_server.log.batches()[before:]
     counts = [int(line.split()[2]) for line in lines]
     assert sum(counts) == 16 and len(lines) < 16 and max(counts) > 1, lines
+
+
+def test_text_completions_equal_the_sampler_and_transformers_generate(smollm2_server, smollm2, smollm2_torch,
+                                                                      tokenizer):
+    """Two plain prompts in one `/v1/completions` request: each choice is our sampler's greedy text for
+    `encode_prompt(prompt)` and transformers' greedy `generate` on the same ids, token count included."""
+    import torch
+
+    prompts = ["The capital of France is", "def fibonacci(n):"]
+    out = smollm2_server.client.completions.create(model="smollm2-135m-instruct", prompt=prompts, temperature=0,
+                                                   max_tokens=BUDGET)
+    eos = list(stop_token_ids(tokenizer))
+    ids = [encode_prompt(tokenizer, p) for p in prompts]
+    ours = Sampler(smollm2, tokenizer).generate(ids, SamplingParams(temperature=0.0, max_new_tokens=BUDGET))
+    generated = 0
+    for choice, prompt_ids, mine in zip(out.choices, ids, ours):
+        with torch.no_grad():
+            theirs = smollm2_torch.generate(input_ids=torch.tensor([prompt_ids]), max_new_tokens=BUDGET,
+                                            do_sample=False, eos_token_id=eos)[0, len(prompt_ids):].tolist()
+        end = next((j + 1 for j, t in enumerate(theirs) if t in eos), len(theirs))
+        assert list(mine.tokens) == theirs[:end]
+        assert choice.text == mine.text == decode(tokenizer, theirs[:end])
+        assert choice.finish_reason == ("stop" if theirs[end - 1] in eos else "length")
+        generated += end
+    assert "Paris" in out.choices[0].text and [c.index for c in out.choices] == [0, 1]
+    assert out.usage.completion_tokens == generated and out.usage.prompt_tokens == sum(len(i) for i in ids)
