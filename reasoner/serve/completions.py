@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator
 
 from reasoner.sampling import Completion, SamplingParams
 from reasoner.serve.protocol import (
-    RequestError, _fail, _int, _number, _refuse_unsupported, _stop, _temperature,
+    RequestError, _fail, _int, _number, _request_head, _stop, _temperature,
 )
 from reasoner.serve.service import FINISH, ChatService, content_text, stable_deltas
 
@@ -102,21 +102,10 @@ def _prompts(value: Any) -> tuple[tuple, tuple[str, ...]]:
 
 def parse_completion_request(body: Any, *, max_n: int) -> CompletionRequest:
     """Validates a decoded JSON body (see module docstring); `max_n` is the server's rows per batch."""
-    if not isinstance(body, dict):
-        raise RequestError(f"request body: expected a JSON object, got {type(body).__name__}", param=None)
-    _refuse_unsupported(body)
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise _fail("model", "a string", model)
-    for key in ("stream", "echo"):
-        if body.get(key) not in (None, True, False):
-            raise _fail(key, "a boolean", body[key])
+    model, stream_options = _request_head(body, ("stream", "echo"))
     if body.get("suffix") not in (None, ""):
         raise _fail("suffix", "absent or empty (inserting text after the completion is not supported)",
                     body["suffix"])
-    stream_options = body.get("stream_options") or {}
-    if not isinstance(stream_options, dict):
-        raise _fail("stream_options", 'an object such as {"include_usage": true}', stream_options)
     prompts, fields = _prompts(body.get("prompt"))
     n = _int(body, "n", low=1, high=max_n, default=1)
     best_of = _int(body, "best_of", low=1, default=None)

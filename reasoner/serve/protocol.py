@@ -235,20 +235,27 @@ def _temperature(body: dict) -> float:
     return 0.0 if t < GREEDY_BELOW else t
 
 
-def parse_chat_request(body: Any, *, max_n: int) -> ChatRequest:
-    """Validates a decoded JSON body (see module docstring); `max_n` is the server's rows per batch."""
+def _request_head(body: Any, booleans: tuple[str, ...]) -> tuple[str | None, dict]:
+    """The checks both endpoints' bodies start with: a JSON object, no output-changing field we cannot honour, `model`
+    a string, each of `booleans` a boolean, `stream_options` an object. Returns (model, stream_options)."""
     if not isinstance(body, dict):
         raise RequestError(f"request body: expected a JSON object, got {type(body).__name__}", param=None)
     _refuse_unsupported(body)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise _fail("model", "a string", model)
-    for key in ("stream", "logprobs"):
+    for key in booleans:
         if body.get(key) not in (None, True, False):
             raise _fail(key, "a boolean", body[key])
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, dict):
         raise _fail("stream_options", 'an object such as {"include_usage": true}', stream_options)
+    return model, stream_options
+
+
+def parse_chat_request(body: Any, *, max_n: int) -> ChatRequest:
+    """Validates a decoded JSON body (see module docstring); `max_n` is the server's rows per batch."""
+    model, stream_options = _request_head(body, ("stream", "logprobs"))
     logprobs = bool(body.get("logprobs"))
     top_logprobs = _int(body, "top_logprobs", low=0, high=20, default=0)
     if top_logprobs and not logprobs:
