@@ -44,13 +44,20 @@ def _episode(tool):
     return env
 
 
-def test_a_failed_start_is_an_error_observation_and_the_next_call_runs_real_z3(monkeypatch, worker_starts):
+def _first_call_without_a_pool(monkeypatch, executable: str):
+    """A fresh tool and episode whose first z3_solve call runs with `executable` as the workers' interpreter;
+    retries are immediate (`restart_after_s` 0). Returns (tool, env, step)."""
     tool = ScratchpadTool(None, timeout_cap_s=10.0)
     tool.restart_after_s = 0.0  # try again on the very next call
     env = _episode(tool)
     with monkeypatch.context() as patch:
-        patch.setattr(sys, "executable", "/bin/false")
+        patch.setattr(sys, "executable", executable)
         step = env.step(call("z3_solve", smt_code=UNSAT))
+    return tool, env, step
+
+
+def test_a_failed_start_is_an_error_observation_and_the_next_call_runs_real_z3(monkeypatch, worker_starts):
+    tool, env, step = _first_call_without_a_pool(monkeypatch, "/bin/false")
     assert not step.done and step.state.termination == "running" and tool._runner is None
     (record,) = step.state.observations
     assert (record["error"], record["success"], record["sat_result"], record["smt_code"]) == (
@@ -76,12 +83,7 @@ def test_a_failed_start_is_an_error_observation_and_the_next_call_runs_real_z3(m
 def test_a_spawn_that_fails_is_an_observation_too(monkeypatch, worker_starts):
     """A missing interpreter: the spawn itself fails (FileNotFoundError), or, where the workers are jailed, the
     `unshare` wrapper cannot run it and the worker never reports ready."""
-    tool = ScratchpadTool(None, timeout_cap_s=10.0)
-    tool.restart_after_s = 0.0  # try again on the very next call
-    env = _episode(tool)
-    with monkeypatch.context() as patch:
-        patch.setattr(sys, "executable", "/nonexistent/python3")
-        step = env.step(call("z3_solve", smt_code=UNSAT))
+    tool, env, step = _first_call_without_a_pool(monkeypatch, "/nonexistent/python3")
     error = step.state.observations[0]["error"]
     assert error in (NOT_READY, "crash: the Z3 pool could not be started (FileNotFoundError: [Errno 2] No such file "
                                 "or directory: '/nonexistent/python3')")
