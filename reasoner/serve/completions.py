@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator
 
 from reasoner.sampling import Completion, SamplingParams
 from reasoner.serve.protocol import (
-    RequestError, _fail, _int, _number, _request_head, _stop, _temperature,
+    RequestError, SamplingFields, _fail, _int, _request_head, _sampling_fields,
 )
 from reasoner.serve.service import FINISH, ChatService, content_text, stable_deltas
 
@@ -49,8 +49,8 @@ MAX_LOGPROBS = 5  # OpenAI's limit for this endpoint
 PROMPT_FORMS = "a string, a list of strings, a list of token ids or a list of lists of token ids"
 
 
-@dataclasses.dataclass(frozen=True)
-class CompletionRequest:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompletionRequest(SamplingFields):
     """One validated `POST /v1/completions` body.
 
     prompts: each prompt, a string or a tuple of token ids; fields: the name each prompt's errors carry ("prompt"
@@ -60,17 +60,8 @@ class CompletionRequest:
     model: str | None
     prompts: tuple[str | tuple[int, ...], ...]
     fields: tuple[str, ...]
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_tokens: int | None = None
-    stop: tuple[str, ...] = ()
-    seed: int | None = None
     logprobs: int | None = None
     echo: bool = False
-    stream: bool = False
-    include_usage: bool = False
 
 
 def _token_ids(value: list, field: str) -> tuple[int, ...]:
@@ -107,26 +98,20 @@ def parse_completion_request(body: Any, *, max_n: int) -> CompletionRequest:
         raise _fail("suffix", "absent or empty (inserting text after the completion is not supported)",
                     body["suffix"])
     prompts, fields = _prompts(body.get("prompt"))
-    n = _int(body, "n", low=1, high=max_n, default=1)
+    sampling = _sampling_fields(body, max_n=max_n, stream_options=stream_options,
+                                max_tokens=_int(body, "max_tokens", low=1))
     best_of = _int(body, "best_of", low=1, default=None)
-    if best_of is not None and not best_of == n == 1:
+    if best_of is not None and not best_of == sampling["n"] == 1:
         raise _fail("best_of", "1 with n=1, or absent (server-side best-of selection is not supported)", best_of)
-    temperature = _temperature(body)
     logprobs = _int(body, "logprobs", low=0, high=MAX_LOGPROBS, default=None)
-    if logprobs is not None and logprobs > (1 if temperature == 0 else 0):
+    if logprobs is not None and logprobs > (1 if sampling["temperature"] == 0 else 0):
         raise _fail("logprobs", "0 or absent, or 1 with temperature 0 (the sampler records only the chosen token's "
                     "log-prob, which is the top-1 alternative only when decoding greedily)", logprobs)
     echo = bool(body.get("echo"))
     if echo and logprobs is not None:
         raise RequestError("echo: expected false or absent when logprobs is set (the prompt's own log-probs are "
                            "not computed)", param="echo")
-    return CompletionRequest(
-        model=model, prompts=prompts, fields=fields, n=n, temperature=temperature,
-        top_p=_number(body, "top_p", low=0.0, high=1.0, default=1.0, low_open=True),
-        top_k=_int(body, "top_k", low=0, default=0), max_tokens=_int(body, "max_tokens", low=1),
-        stop=_stop(body.get("stop")), seed=_int(body, "seed", low=0, high=2**32 - 1), logprobs=logprobs,
-        echo=echo, stream=bool(body.get("stream")), include_usage=bool(stream_options.get("include_usage")),
-    )
+    return CompletionRequest(model=model, prompts=prompts, fields=fields, logprobs=logprobs, echo=echo, **sampling)
 
 
 @dataclasses.dataclass(frozen=True)

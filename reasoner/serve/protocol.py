@@ -37,21 +37,14 @@ def error_body(message: str, *, param: str | None = None, code: str | None = Non
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-@dataclasses.dataclass(frozen=True)
-class ChatRequest:
-    """One validated `POST /v1/chat/completions` body.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SamplingFields:
+    """The fields both endpoints read alike (`_sampling_fields`; `ChatService.sampling` makes the `SamplingParams`).
 
-    messages: chat messages as the chat template takes them ({"role", "content"}, assistant `tool_calls`
-      with parsed-JSON arguments, tool messages with `tool_call_id`/`name`).
-    tools: OpenAI function-tool schemas, or None. max_tokens: None -> the server's default.
-    seed: None -> the server draws one (sampled requests are then not reproducible).
-    top_logprobs: alternatives per token (0 when `logprobs` is off).
-    template_kwargs: vLLM's `chat_template_kwargs`, extra variables for the chat template (None: none).
+    max_tokens: None -> the server's default. seed: None -> the server draws one (sampled requests are then not
+    reproducible). include_usage: `stream_options.include_usage` (a last chunk with the token counts).
     """
 
-    model: str | None
-    messages: tuple[dict, ...]
-    tools: tuple[dict, ...] | None
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
@@ -59,10 +52,26 @@ class ChatRequest:
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     seed: int | None = None
-    logprobs: bool = False
-    top_logprobs: int = 0
     stream: bool = False
     include_usage: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChatRequest(SamplingFields):
+    """One validated `POST /v1/chat/completions` body.
+
+    messages: chat messages as the chat template takes them ({"role", "content"}, assistant `tool_calls`
+      with parsed-JSON arguments, tool messages with `tool_call_id`/`name`).
+    tools: OpenAI function-tool schemas, or None.
+    top_logprobs: alternatives per token (0 when `logprobs` is off).
+    template_kwargs: vLLM's `chat_template_kwargs`, extra variables for the chat template (None: none).
+    """
+
+    model: str | None
+    messages: tuple[dict, ...]
+    tools: tuple[dict, ...] | None
+    logprobs: bool = False
+    top_logprobs: int = 0
     template_kwargs: dict | None = None
 
 
@@ -253,6 +262,15 @@ def _request_head(body: Any, booleans: tuple[str, ...]) -> tuple[str | None, dic
     return model, stream_options
 
 
+def _sampling_fields(body: dict, *, max_n: int, stream_options: dict, max_tokens: int | None) -> dict:
+    """`SamplingFields`' values of a body whose head `_request_head` checked (a 400 naming the first bad field)."""
+    return dict(n=_int(body, "n", low=1, high=max_n, default=1), temperature=_temperature(body),
+                top_p=_number(body, "top_p", low=0.0, high=1.0, default=1.0, low_open=True),
+                top_k=_int(body, "top_k", low=0, default=0), max_tokens=max_tokens, stop=_stop(body.get("stop")),
+                seed=_int(body, "seed", low=0, high=2**32 - 1), stream=bool(body.get("stream")),
+                include_usage=bool(stream_options.get("include_usage")))
+
+
 def parse_chat_request(body: Any, *, max_n: int) -> ChatRequest:
     """Validates a decoded JSON body (see module docstring); `max_n` is the server's rows per batch."""
     model, stream_options = _request_head(body, ("stream", "logprobs"))
@@ -263,13 +281,6 @@ def parse_chat_request(body: Any, *, max_n: int) -> ChatRequest:
     max_tokens = _int(body, "max_completion_tokens", low=1)
     max_tokens = _int(body, "max_tokens", low=1, default=max_tokens)
     return ChatRequest(
-        model=model, messages=_messages(body.get("messages")), tools=_tools(body),
-        n=_int(body, "n", low=1, high=max_n, default=1),
-        temperature=_temperature(body),
-        top_p=_number(body, "top_p", low=0.0, high=1.0, default=1.0, low_open=True),
-        top_k=_int(body, "top_k", low=0, default=0),
-        max_tokens=max_tokens, stop=_stop(body.get("stop")), seed=_int(body, "seed", low=0, high=2**32 - 1),
-        logprobs=logprobs, top_logprobs=top_logprobs, stream=bool(body.get("stream")),
-        include_usage=bool(stream_options.get("include_usage")),
-        template_kwargs=_template_kwargs(body.get("chat_template_kwargs")),
-    )
+        model=model, messages=_messages(body.get("messages")), tools=_tools(body), logprobs=logprobs,
+        top_logprobs=top_logprobs, template_kwargs=_template_kwargs(body.get("chat_template_kwargs")),
+        **_sampling_fields(body, max_n=max_n, stream_options=stream_options, max_tokens=max_tokens))
