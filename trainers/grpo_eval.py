@@ -190,15 +190,15 @@ def export_params(run, result, *, workdir, settings: EvalSettings, meta: dict, l
 
 def failure_metrics(reward) -> dict[str, float]:
     """Counts since the run started: `reward_failures/<name>` (errors + timeouts + non-finite values the registry
-    scored 0) and, for judged rewards, `judge/requests|valid|invalid|failed|cache_hits|cache_misses` summed over
-    distinct judges (rewards sharing a judge share its counters; a failed call — timeout, HTTP error — or an invalid
+    scored 0) and, for judged rewards, `judge/requests|valid|invalid|failed|cache_hits|cache_misses|cancelled` summed
+    over distinct judges (cancelled: prompts a reward call past its deadline did not send) (rewards sharing a judge share its counters; a failed call — timeout, HTTP error — or an invalid
     reply scored 0; a `CachedJudge` counts its hits and misses into the counters it is asked with)."""
     out = {}
     for name, counts in reward.counter_dict().items():
         out[f"reward_failures/{name}"] = float(counts["errors"] + counts["timeouts"] + counts["non_finite"])
     judges = {id(c): c for c in (getattr(r.fn, "counters", None) for r in reward.rewards)
               if all(hasattr(c, k) for k in ("requests", "valid", "invalid", "failed"))}
-    for key in ("requests", "valid", "invalid", "failed", "cache_hits", "cache_misses") if judges else ():
+    for key in ("requests", "valid", "invalid", "failed", "cache_hits", "cache_misses", "cancelled") if judges else ():
         if not all(hasattr(c, key) for c in judges.values()):
             continue
         out[f"judge/{key}"] = float(sum(getattr(c, key) for c in judges.values()))

@@ -72,14 +72,17 @@ def make_judge(config, *, model_factory, tokenizer, cache_path=None):
 
 
 def judge_cache_report(judge) -> dict:
-    """{hits, misses, files} of a `CachedJudge` made by `make_judge` over the run so far; {} for an uncached judge."""
+    """{hits, misses, files, skipped_lines, write_errors} of a `CachedJudge` made by `make_judge` over the run so far
+    (skipped_lines: unreadable rows of the files at start; write_errors: replies that could not be appended); {} for
+    an uncached judge."""
     counters = getattr(judge, "counters", None)
     if counters is None:
         return {}
     from reasoner.judges.judge import cache_files
 
     return {"hits": counters.cache_hits, "misses": counters.cache_misses,
-            "files": [str(f) for f in cache_files(judge.path)]}
+            "files": [str(f) for f in cache_files(judge.path)], "skipped_lines": judge.skipped_lines,
+            "write_errors": judge.write_errors}
 
 
 def composite_reward(config, judge):

@@ -165,4 +165,5 @@ def test_make_judge_counts_cache_hits_and_misses_into_the_run_and_each_reward(tm
     assert judged and all((c.cache_misses, c.cache_hits) == (2, 2) for c in judged)
     report = judge_cache_report(judge)
     assert (report["hits"], report["misses"]) == (2 * len(judged), 2 * len(judged))
+    assert (report["skipped_lines"], report["write_errors"]) == (0, 0)
     assert report["files"] == [str(tmp_path / "judge_cache.jsonl")]

@@ -96,9 +96,10 @@ def test_judge_cache_hits_and_misses_reach_the_metrics():
     from reasoner.judges.judge import JudgeCounters
     from trainers.grpo_eval import failure_metrics
 
-    shared = JudgeCounters(requests=5, valid=4, invalid=1, cache_hits=3, cache_misses=2)
+    shared = JudgeCounters(requests=5, valid=4, invalid=1, cache_hits=3, cache_misses=2, cancelled=6)
     other = JudgeCounters(requests=2, failed=2, cache_misses=2)
     rewards = [SimpleNamespace(fn=SimpleNamespace(counters=c)) for c in (shared, shared, other)]
     reward = SimpleNamespace(rewards=rewards, counter_dict=lambda: {})
     assert failure_metrics(reward) == {"judge/requests": 7.0, "judge/valid": 4.0, "judge/invalid": 1.0,
-                                       "judge/failed": 2.0, "judge/cache_hits": 3.0, "judge/cache_misses": 4.0}
+                                       "judge/failed": 2.0, "judge/cache_hits": 3.0, "judge/cache_misses": 4.0,
+                                       "judge/cancelled": 6.0}
