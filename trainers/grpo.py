@@ -287,7 +287,7 @@ def generation_step(steps: GRPOSteps, sampler, state: TrainState, *, examples: S
     out = {**host_metrics, **stats, **{f"rewards/{k}": v for k, v in rewards.means().items()},
            "completions/mean_length": float(lengths.mean()), "completions/clipped_ratio": float(r.truncated.mean()),
            "prompts/truncated": float(cut), "rollout_s": t1 - t0, "reward_wait_s": t2 - t1, "update_s": t3 - t2,
-           "samples_s": len(lengths) / (t3 - t0), **grpo_eval.failure_metrics(reward)}
+           "samples_s": len(lengths) / (t3 - t0), **grpo_eval.failure_metrics(reward), **grpo_eval.tool_metrics(tool)}
     if table_rows > 0:
         from reasoner.metrics.writers import completion_rows
 

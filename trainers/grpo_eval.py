@@ -191,8 +191,9 @@ def export_params(run, result, *, workdir, settings: EvalSettings, meta: dict, l
 def failure_metrics(reward) -> dict[str, float]:
     """Counts since the run started: `reward_failures/<name>` (errors + timeouts + non-finite values the registry
     scored 0) and, for judged rewards, `judge/requests|valid|invalid|failed|cache_hits|cache_misses|cancelled` summed
-    over distinct judges (cancelled: prompts a reward call past its deadline did not send) (rewards sharing a judge share its counters; a failed call — timeout, HTTP error — or an invalid
-    reply scored 0; a `CachedJudge` counts its hits and misses into the counters it is asked with)."""
+    over distinct judges (rewards sharing a judge share its counters; a failed call — timeout, HTTP error — or an
+    invalid reply scored 0; a `CachedJudge` counts its hits and misses into the counters it is asked with; cancelled:
+    prompts a reward call past its deadline did not send)."""
     out = {}
     for name, counts in reward.counter_dict().items():
         out[f"reward_failures/{name}"] = float(counts["errors"] + counts["timeouts"] + counts["non_finite"])
@@ -203,6 +204,12 @@ def failure_metrics(reward) -> dict[str, float]:
             continue
         out[f"judge/{key}"] = float(sum(getattr(c, key) for c in judges.values()))
     return out
+
+
+def tool_metrics(tool) -> dict[str, float]:
+    """`tool/<key>` for each count a multi-turn tool keeps since the run started (`ScratchpadTool.counts`: Z3 pool
+    starts that failed and the calls answered by an error observation for it); {} for single-turn rollouts."""
+    return {f"tool/{k}": float(v) for k, v in sorted(getattr(tool, "counts", {}).items())}
 
 
 def seed_for(config_seed: int, step: int, *, salt: int = 0) -> int:

@@ -199,7 +199,7 @@ class ScratchpadTool(EnvironmentTool):
         self.timeout_cap_s, self.restart_after_s = float(timeout_cap_s), float(restart_after_s)
         self._runner = runner
         self._owns_runner = runner is None
-        self.counts: collections.Counter = collections.Counter()
+        self.counts = collections.Counter(pool_start_failures=0, unstarted_calls=0)  # GRPO logs them as tool/<key>
         self._start_lock = threading.Lock()
         self._failed: tuple[float, str] | None = None  # (monotonic time, error) of the last failed start
 

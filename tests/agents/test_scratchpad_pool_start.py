@@ -14,6 +14,7 @@ import time
 import pytest
 
 from reasoner.agents.scratchpad import ScratchpadTool
+from trainers.grpo_eval import tool_metrics
 
 UNSAT = "(declare-const x Int)\n(assert (> x 2))\n(assert (< x 1))\n(check-sat)"
 NOT_READY = "crash: the Z3 pool could not be started (RuntimeError: verifier worker failed to start (got 'crash'))"
@@ -57,6 +58,8 @@ def _first_call_without_a_pool(monkeypatch, executable: str):
 
 
 def test_a_failed_start_is_an_error_observation_and_the_next_call_runs_real_z3(monkeypatch, worker_starts):
+    assert tool_metrics(ScratchpadTool(None)) == {"tool/pool_start_failures": 0.0, "tool/unstarted_calls": 0.0}
+    assert tool_metrics(None) == {}  # single-turn rollouts
     tool, env, step = _first_call_without_a_pool(monkeypatch, "/bin/false")
     assert not step.done and step.state.termination == "running" and tool._runner is None
     (record,) = step.state.observations
@@ -65,6 +68,7 @@ def test_a_failed_start_is_an_error_observation_and_the_next_call_runs_real_z3(m
     assert json.loads(step.messages[0]["content"]) == {"success": False, "output": "", "sat_result": None,
                                                        "error": NOT_READY}
     assert dict(tool.counts) == {"pool_start_failures": 1, "unstarted_calls": 1}
+    assert tool_metrics(tool) == {"tool/pool_start_failures": 1.0, "tool/unstarted_calls": 1.0}  # GRPO's metrics
     assert len(worker_starts) == 2  # the pool's two workers were tried
     tool.close()  # safe after a failed start: nothing to stop
     step = env.step(call("z3_solve", smt_code=UNSAT))  # the interpreter is back: this call starts the pool
