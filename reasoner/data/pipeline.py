@@ -4,7 +4,8 @@
 random-access source of chat examples (e.g. `reasoner.data.chat_jsonl`) into fixed-length int32
 row arrays plus `DataStats` (examples, truncated, dropped). `overflow="truncate"` cuts a sequence
 to `seq_len` (keeping the prompt start), `"drop"` discards it; both are counted. A dataset whose
-rows carry no completion tokens raises `NoCompletionTokensError`.
+rows carry no completion tokens raises `NoCompletionTokensError`. DPO pairs (and KTO's examples) are tokenized as
+TRL 1.16 tokenizes them (`reasoner.data.preference_tokens`).
 
 `BatchIterator` serves [A, B, T] batches (A = gradient-accumulation micro-batches, B rows each):
 each epoch is a grain `MapDataset` over the rows, shuffled with seed `seed + epoch` and batched
@@ -56,6 +57,9 @@ class DataStats:
     """Rows of `seq_len` tokens: SFT's packed or padded rows, one per DPO pair."""
     completion_tokens: int = 0
     """Completion (trained) tokens in the rows, both sides of a DPO pair."""
+    prompt_cut: int = 0
+    """DPO / KTO examples whose tokenized prompt is not a prefix of the tokenized prompt + completion: the prompt's
+    tail is left out, as TRL leaves it out (`reasoner.data.preference_tokens`; warned once)."""
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -133,33 +137,35 @@ def prepare_dpo(
 ) -> tuple[dict[str, np.ndarray], DataStats]:
     """Rows {chosen_*, rejected_*} for tokens/positions/segment_ids/loss_mask [P, seq_len], one pair per row.
 
-    A pair is kept only if both sides fit (or, with truncate, both keep completion tokens).
+    Each pair ({prompt, chosen, rejected, tools?, chat_template_kwargs?}: all plain text, or a message prompt with
+    message or text completions) is tokenized as TRL 1.16's DPOTrainer tokenizes it
+    (`reasoner.data.preference_tokens`): the prompt is the common prefix of the prompt's ids and both joined
+    sequences, each side the rest of its own; a prompt that loses its tail is warned once and counted in
+    `stats.prompt_cut`. Sequences are prompt + side, right-padded; the loss mask is 1 on the side's ids (tool turns
+    inside a multi-turn side excepted).
+
+    Over-long pairs (either side over `seq_len`): "drop" (the default) leaves the pair out; "truncate" keeps the
+    first `seq_len` tokens of each side (TRL's `truncation_mode="keep_start"` with `max_length=seq_len`) and leaves
+    out a pair a side of which keeps no trained token (TRL drops a prompt of `max_length` tokens or more, which is
+    the same pair unless a side's first trained token is past a masked tool turn). TRL truncates by default
+    (`max_length=1024`) and also offers `keep_end`, which we do not.
     """
-    from reasoner.data.chat_masks import TEMPLATE_ERRORS
-    from reasoner.tokenization import encode_prompt_completion
+    from reasoner.data.preference_tokens import tokenize_preference
 
     if overflow not in OVERFLOW_MODES:
         raise ValueError(f"data.overflow={overflow!r}; expected one of {OVERFLOW_MODES}")
     stats = DataStats()
     chosen_docs, rejected_docs = [], []
     for i in range(len(examples)):
-        ex = examples[i]
         stats.examples += 1
-        sides = []
-        truncated = False
-        for key in ("chosen", "rejected"):
-            try:
-                pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex[key],
-                                              tools=ex.get("tools"))
-            except TEMPLATE_ERRORS as err:  # no location before: a DPO pair's error named no row
-                raise ValueError(f"{row_location(examples, i, split=split)} ({key}): {err}") from None
-            if len(pc.ids) > seq_len:
-                truncated = True
-            sides.append((pc.ids, pc.completion_mask))
+        pair = tokenize_preference(tokenizer, examples[i], keys=("chosen", "rejected"),
+                                   where=row_location(examples, i, split=split), stats=stats)
+        sides = [pair.sequence(0), pair.sequence(1)]
+        truncated = any(len(pc.ids) > seq_len for pc in sides)
         if truncated and overflow == "drop":
             stats.dropped += 1
             continue
-        sides = [(list(ids[:seq_len]), list(mask[:seq_len])) for ids, mask in sides]
+        sides = [(list(pc.ids[:seq_len]), list(pc.completion_mask[:seq_len])) for pc in sides]
         if not all(any(mask) for _, mask in sides):
             stats.dropped += 1
             continue

@@ -3,7 +3,8 @@
 
 Records (our JSONL lines and `datasets` rows alike; `reasoner.data.hf_datasets` reads the latter):
 
-  {"prompt": str | [messages], "completion": str | [messages], "label": true | false, "tools"?: [...]}
+  {"prompt": str | [messages], "completion": str | [messages], "label": true | false, "tools"?: [...],
+   "chat_template_kwargs"?: {...}}
   {"prompt"?, "chosen", "rejected"}   paired preference data, unpaired as TRL's KTOTrainer does
                                       (`trl.data_utils.unpair_preference_dataset`: per chunk of 1000 pairs, the
                                       chosen completions labelled true, then the rejected ones labelled false)
@@ -13,12 +14,16 @@ Records (our JSONL lines and `datasets` rows alike; `reasoner.data.hf_datasets` 
 follow `chat_jsonl.normalize_record` (a plain-string prompt is one user message; a completion given as messages may
 hold tool turns, which are masked out of the loss).
 
-`prepare_kto` tokenizes each example once (`encode_prompt_completion`), one example per row, and keeps each
-completion's tokens apart (`completion_*`), so that `with_kl_rows` can build, for every row i of a micro-batch, TRL's
-KL sequence prompt_i + completion_{i-1} (the completions rotated by one within the micro-batch, as TRL's
-`add_kl_completion_ids` does per batch of `per_device_train_batch_size`), truncated at `seq_len` like TRL's collator
-(`max_length`, keeping the start). The KL rows are built on the host at batch time, after shuffling, so the
-mismatched completions of a batch are the batch's own completions, whatever the order of the epoch.
+`chat_template_kwargs` (TRL's per-row template variables) is kept with the example, and with both examples of an
+unpaired pair, and reaches the chat template (`reasoner.data.preference_tokens`).
+
+`prepare_kto` tokenizes each example once, as TRL's KTOTrainer does (`reasoner.data.preference_tokens`), one example
+per row, and keeps each completion's tokens apart (`completion_*`), so that `with_kl_rows` can build, for every row i
+of a micro-batch, TRL's KL sequence prompt_i + completion_{i-1} (the completions rotated by one within the
+micro-batch, as TRL's `add_kl_completion_ids` does per batch of `per_device_train_batch_size`), truncated at
+`seq_len` like TRL's collator (`max_length`, keeping the start). The KL rows are built on the host at batch time,
+after shuffling, so the mismatched completions of a batch are the batch's own completions, whatever the order of the
+epoch.
 """
 
 from __future__ import annotations
@@ -52,7 +57,16 @@ def normalize_unpaired(record: dict[str, Any], *, where: str) -> dict[str, Any]:
                          f"({type(label).__name__})")
     out = normalize_record({k: record[k] for k in ("prompt", "completion", "tools") if k in record}, kind="sft",
                            where=where)
-    return {**out, "label": bool(label)}
+    return {**out, **_template_kwargs(record, where=where), "label": bool(label)}
+
+
+def _template_kwargs(record: dict[str, Any], *, where: str) -> dict[str, Any]:
+    """{"chat_template_kwargs": {...}} of a record that has them (checked), else {} (records without them keep the
+    fields they had)."""
+    from reasoner.data.preference_tokens import template_kwargs_of
+
+    kwargs = template_kwargs_of(record.get("chat_template_kwargs"), where=where)
+    return {"chat_template_kwargs": kwargs} if kwargs else {}
 
 
 def unpair(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -62,7 +76,8 @@ def unpair(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for start in range(0, len(pairs), UNPAIR_CHUNK):
         chunk = pairs[start:start + UNPAIR_CHUNK]
         for key, label in (("chosen", True), ("rejected", False)):
-            out += [{"prompt": p["prompt"], "completion": p[key], "label": label, "tools": p["tools"]} for p in chunk]
+            out += [{"prompt": p["prompt"], "completion": p[key], "label": label, "tools": p["tools"],
+                     **{k: p[k] for k in ("chat_template_kwargs",) if k in p}} for p in chunk]
     return out
 
 
@@ -88,7 +103,8 @@ def read_jsonl_splits(path) -> dict[str, Any]:
         if "label" in lines[0][1] or "completion" in lines[0][1]:
             rows = [normalize_unpaired(r, where=f"{file}:{n}") for n, r in lines]
         else:  # paired preference records, unpaired with their line numbers in the same order
-            rows = unpair([normalize_record(r, kind="dpo", where=f"{file}:{n}") for n, r in lines])
+            rows = unpair([{**normalize_record(r, kind="dpo", where=f"{file}:{n}"),
+                            **_template_kwargs(r, where=f"{file}:{n}")} for n, r in lines])
             numbers = [n for start in range(0, len(numbers), UNPAIR_CHUNK) for _ in ("chosen", "rejected")
                        for n in numbers[start:start + UNPAIR_CHUNK]]
         out[split] = ChatRows(name=str(file), rows=rows, lines=tuple(numbers))
@@ -102,24 +118,25 @@ def prepare_kto(examples: Sequence[dict[str, Any]], tokenizer, *, seq_len: int, 
       tokens / positions / segment_ids / loss_mask [N, seq_len]   prompt + completion, right-padded
       label [N] float32 (1 = desirable), index [N] (the example's position in `examples`)
       prompt_len [N], completion_tokens / completion_mask [N, seq_len], completion_len [N]   (for `with_kl_rows`)
-    overflow "truncate" keeps the first `seq_len` tokens (TRL's collator) and drops an example left without
-    completion tokens (TRL drops prompts that fill max_length); "drop" drops every over-long example."""
-    from reasoner.tokenization import encode_prompt_completion
+    Each example is tokenized as TRL 1.16's KTOTrainer tokenizes it (`reasoner.data.preference_tokens`, with one
+    completion: the prompt is the common prefix of the prompt's ids and prompt + completion's, per example; plain
+    text or messages, `tools` and `chat_template_kwargs` per row); a prompt that loses its tail is warned once and
+    counted in `stats.prompt_cut`. The KL rows then join this (possibly cut) prompt with another row's completion
+    ids, as TRL's `KL_completion_ids` do.
+    overflow "truncate" keeps the first `seq_len` tokens (TRL's collator with `max_length=seq_len`) and drops an
+    example whose prompt fills `seq_len` (TRL drops `len(prompt_ids) >= max_length` whatever its truncation mode) or
+    that keeps no trained token (a first trained token past a masked tool turn); "drop" drops every over-long
+    example."""
+    from reasoner.data.preference_tokens import tokenize_preference
 
     if overflow not in OVERFLOW_MODES:
         raise ValueError(f"data.overflow={overflow!r}; expected one of {OVERFLOW_MODES}")
-    from reasoner.data.chat_masks import TEMPLATE_ERRORS
-
     stats = DataStats()
     kept: list[tuple[int, Any]] = []
     for i in range(len(examples)):
-        ex = examples[i]
         stats.examples += 1
-        try:
-            pc = encode_prompt_completion(tokenizer, prompt=ex["prompt"], completion=ex["completion"],
-                                          tools=ex.get("tools"))
-        except TEMPLATE_ERRORS as err:
-            raise ValueError(f"{row_location(examples, i, split=split)}: {err}") from None
+        pc = tokenize_preference(tokenizer, examples[i], keys=("completion",),
+                                 where=row_location(examples, i, split=split), stats=stats).sequence(0)
         over = len(pc.ids) > seq_len
         if (over and overflow == "drop") or pc.prompt_len >= seq_len or not any(pc.completion_mask[:seq_len]):
             stats.dropped += 1
