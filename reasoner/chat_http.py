@@ -48,14 +48,23 @@ class ChatEndpoint:
         local = urllib.parse.urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if local else None))
 
-    def complete(self, body: dict, parse: Callable[[dict], T]) -> tuple[T | None, str]:
+    def complete(self, body: dict, parse: Callable[[dict], T], *,
+                 cancel: threading.Event | None = None) -> tuple[T | None, str]:
         """`(parse(completion), "")`, or `(None, error)` once retries are spent or the failure is not retryable.
 
         `completion` is the decoded JSON body, checked to hold an object at `choices[0].message`; `parse` raises
-        `ValueError` for one it cannot use, which counts as a retryable bad body.
+        `ValueError` for one it cannot use, which counts as a retryable bad body. Once `cancel` is set (the caller's
+        result is no longer wanted, e.g. a reward call past its deadline) a failed attempt is not retried: the
+        error says so. The attempt in flight is never cut short.
         """
         error = ""
+        cancelled = (lambda: False) if cancel is None else cancel.is_set
         for attempt in range(self.retries + 1):
+            if attempt and not cancelled():  # the backoff before retry `attempt`, skipped once cancelled
+                self._sleep(min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1)))
+            if attempt and cancelled():
+                error += f" (not retried: cancelled after {attempt} attempt{'s' if attempt > 1 else ''})"
+                break
             try:
                 return parse(self._completion(body)), ""
             except _Retryable as err:
@@ -65,8 +74,6 @@ class ChatEndpoint:
             except _Fatal as err:
                 error = str(err)
                 break
-            if attempt < self.retries:
-                self._sleep(min(MAX_BACKOFF_S, self.backoff_s * 2 ** attempt))
         with self._lock:
             self.failures += 1
             self.last_error = error

@@ -91,3 +91,48 @@ def test_a_reply_cut_short_on_the_wire_is_retried():
     endpoint._opener = _Opener()
     assert endpoint.complete({"model": "m", "messages": []}, _content) == ("fine", "")
     assert _Opener.calls == 2 and sleeps == [0.5] and endpoint.failures == 0
+
+
+def test_a_cancelled_call_is_not_retried_and_skips_the_backoff():
+    """A reward call past its deadline sets `cancel`: the attempt in flight finishes, no retry follows (3 requests
+    without it, 1 with it set during the first), and the error says why."""
+    import threading
+
+    value, error, sleeps, _ = _run([(503, b"busy")] * 3, retries=2, backoff_s=0.5)
+    assert value is None and _Scripted.seen == 3 and sleeps == [0.5, 1.0] and "not retried" not in error
+    cancel = threading.Event()
+
+    class _CancelDuring(_Scripted):
+        def reply(self, body):
+            cancel.set()  # set while the first request is being answered
+            return super().reply(body)
+
+    _Scripted.script, _Scripted.seen = [(503, b"busy"), (200, OK)], 0
+    sleeps = []
+    with serve(_CancelDuring) as url:
+        endpoint = ChatEndpoint(url, sleep=sleeps.append, retries=2, backoff_s=0.5)
+        value, error = endpoint.complete({"model": "m", "messages": []}, _content, cancel=cancel)
+    assert value is None and _Scripted.seen == 1 and sleeps == []
+    assert "HTTP 503" in error and error.endswith("(not retried: cancelled after 1 attempt)")
+    assert endpoint.failures == 1
+
+
+def test_an_endpoint_judge_passes_its_cancel_to_the_retries():
+    """`EndpointJudge.reply(cancel=)`: a request that fails after the reward's deadline passed is not retried (1
+    request, a None reply counted as failed), where without `cancel` the judge would ask 3 times."""
+    import threading
+
+    from reasoner.judges.judge import EndpointJudge
+
+    cancel = threading.Event()
+
+    class _CancelDuring(_Scripted):
+        def reply(self, body):
+            cancel.set()
+            return super().reply(body)
+
+    _Scripted.script, _Scripted.seen = [(503, b"busy"), (200, OK), (200, OK)], 0
+    with serve(_CancelDuring) as url:
+        judge = EndpointJudge(url, "judge", retries=2, sleep=lambda s: None)
+        replies = judge.reply([[{"role": "user", "content": "score this"}]], cancel=cancel)
+    assert replies == [None] and _Scripted.seen == 1 and "cancelled after 1 attempt" in judge.last_error

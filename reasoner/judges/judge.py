@@ -217,7 +217,7 @@ class EndpointJudge:
             return UNSENT
         body = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
         # ChatEndpoint never raises (a reply cut off mid-body is retried, then None): a failure is a None reply
-        return self.endpoint.complete(body, _content_of)[0]
+        return self.endpoint.complete(body, _content_of, cancel=cancel)[0]
 
 
 def _content_of(completion: dict) -> str:
