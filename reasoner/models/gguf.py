@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from reasoner.models.config import ModelConfig, UnsupportedModelError
+from reasoner.models.config import HF_DEFAULTS, ModelConfig, UnsupportedModelError
 from reasoner.models.sources import CheckpointError
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
@@ -118,7 +118,9 @@ def config_from_gguf(file, *, source: str, has_output: bool, **overrides) -> Mod
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in file.tensors,
         o_bias="blk.0.attn_output.bias" in file.tensors,
         qk_norm=arch == "qwen3",
-        max_position_embeddings=int(meta.get(f"{arch}.context_length", 8192)),
+        # absent: the family's transformers default, as transformers' own GGUF loader leaves it (llama 2048)
+        max_position_embeddings=int(meta.get(f"{arch}.context_length",
+                                             HF_DEFAULTS[arch]["max_position_embeddings"])),
         bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
     )

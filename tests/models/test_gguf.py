@@ -57,6 +57,19 @@ def test_tiny_gguf_weights_match_the_original_within_q8_error(tiny_gguf):
         np.testing.assert_allclose(ours[name], ref, atol=scale * (1 / 254 + 2 ** -11), rtol=0, err_msg=name)
 
 
+def test_a_gguf_without_context_length_takes_transformers_default(tmp_path):
+    """`llama.context_length` absent: transformers' GGUF loader leaves LlamaConfig's default (2048) and so do we
+    (we read 8192 before: a model told it may attend 4x further than the reference)."""
+    from transformers import AutoConfig
+
+    hf = make_hf_model("llama", seed=6, max_position_embeddings=512)
+    path = write_tiny_gguf(str(tmp_path / "noctx.gguf"), hf, context_length=False)
+    reference = AutoConfig.from_pretrained(str(tmp_path), gguf_file="noctx.gguf").max_position_embeddings
+    assert load_model(path).cfg.max_position_embeddings == reference == 2048
+    written = write_tiny_gguf(str(tmp_path / "ctx.gguf"), hf)  # present: read as written
+    assert load_model(written).cfg.max_position_embeddings == 512
+
+
 def test_llama_gguf_with_attention_biases_keeps_them(tmp_path):
     # the biases were mapped but never read (qkv_bias only for qwen2): the model loaded without error and wrong
     hf = make_hf_model("llama", seed=4, attention_bias=True, tie_word_embeddings=False,

@@ -61,10 +61,11 @@ def hf_logits(model, tokens: np.ndarray, attention_mask: np.ndarray | None = Non
         return model(torch.tensor(tokens), **kw).logits.float().numpy()
 
 
-def write_tiny_gguf(path: str, hf_model, *, quantize_linear: bool = True, bad_type_for: str | None = None) -> str:
+def write_tiny_gguf(path: str, hf_model, *, quantize_linear: bool = True, bad_type_for: str | None = None,
+                    context_length: bool = True) -> str:
     """Writes `hf_model` (llama family) as a llama.cpp-style GGUF: Q/K rows (and biases) permuted, linear
     weights quantized to Q8_0; `bad_type_for` stores that GGUF tensor as Q8_1 (gguf cannot
-    dequantize it)."""
+    dequantize it); `context_length=False` leaves out `llama.context_length`."""
     import gguf
 
     from reasoner.models.gguf import gguf_name, permute_llama_qk
@@ -72,7 +73,8 @@ def write_tiny_gguf(path: str, hf_model, *, quantize_linear: bool = True, bad_ty
     cfg = hf_model.config
     w = gguf.GGUFWriter(path, "llama")
     w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
+    if context_length:
+        w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(cfg.num_attention_heads)
