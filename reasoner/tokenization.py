@@ -253,7 +253,8 @@ def check_completion_start(turns: Sequence[Message]) -> None:
 
 
 def encode_prompt_completion(tokenizer, *, prompt: Sequence[Message], completion: str | Sequence[Message],
-                             tools: Sequence[dict] | None = None) -> PromptCompletion:
+                             tools: Sequence[dict] | None = None,
+                             template_kwargs: dict[str, Any] | None = None) -> PromptCompletion:
     """Tokenizes a chat prompt and the assistant's completion, with a completion mask.
 
     `completion` is the assistant's text (one turn) or a list of messages after the prompt: assistant turns
@@ -265,8 +266,12 @@ def encode_prompt_completion(tokenizer, *, prompt: Sequence[Message], completion
     turn boundaries, the way the sampler's cache is continued between turns (`reasoner.agents.multiturn`).
     Every rendering must extend the previous one; templates that rewrite earlier turns (e.g. strip reasoning)
     are rejected with an error naming the mismatch.
+
+    `template_kwargs` are the example's own chat template variables (TRL's per-row `chat_template_kwargs`, e.g.
+    Qwen3's `enable_thinking`), passed to every rendering; the caller checks their names first
+    (`reasoner.data.chat_masks.template_kwargs_of`), as `reasoner.serve.render.render_prompt`'s callers do.
     """
-    kwargs = {"tools": list(tools)} if tools else {}
+    kwargs = {**({"tools": list(tools)} if tools else {}), **(template_kwargs or {})}
     turns = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else list(completion)
     if not turns:
         raise ValueError("completion: expected the assistant's text or a non-empty list of messages")

@@ -76,7 +76,8 @@ def load_prepared(config, *, kind: str, prepare, tokenizer, workdir, splits=None
 
 
 def normalized(rows, *, kind: str, split: str) -> list[dict]:
-    """`rows` as the JSONL reader would give them (`chat_jsonl.normalize_record`, KTO's `normalize_unpaired`): a
+    """`rows` as the JSONL reader would give them (`chat_jsonl.normalize_record`, KTO's `normalize_unpaired`, which
+    keep a row's `chat_template_kwargs` for the chat template as they keep its tools): a
     missing field, a completion that is a number or a label that is a string is a ValueError naming the split and
     row (a KeyError or TypeError deep in tokenization before, and `float(bool("false"))` read a KTO label as
     desirable)."""

@@ -16,7 +16,10 @@ assistant turns with tool (or user) turns between them: only the assistant token
 need. An SFT (or KTO) completion ends with an assistant turn: `normalize_record` refuses one ending with a user or
 tool turn, for JSONL lines and `datasets` rows alike. An assistant message may call tools in OpenAI's form
 (`tool_calls` and no content; its content is then null, as TRL passes it to the template). An optional `"tools"`
-list (OpenAI tool schemas, TRL's `tools` column, also as one JSON string of the list) is passed to the chat template.
+list (OpenAI tool schemas, TRL's `tools` column, also as one JSON string of the list) is passed to the chat template,
+and so is an optional `"chat_template_kwargs"` object (TRL's per-row template variables, e.g. Qwen3's
+`enable_thinking`; kept on SFT and DPO records, checked by `reasoner.data.chat_masks.template_kwargs_of`; a {"text"}
+record has no template, as in TRL).
 Builder configs `sft` and `dpo` pick the schema; every field is stored as a JSON string feature so any chat shape
 survives the round trip. Records keep the file's order (no TFDS shuffling, so the rows equal those of the same file
 read through `reasoner.data.hf_datasets`) and their line number, so `prepare_sft` / `prepare_dpo` name
@@ -26,7 +29,8 @@ TensorFlow needed).
 
 `build_chat_dataset(jsonl_dir, kind=..., data_dir=...)` builds (once; rebuilt when a file changes)
 and returns {split: data source} of plain dicts: {"prompt": [messages], "completion": str | [messages],
-"tools": [...] | None} or {"prompt", "chosen", "rejected", "tools"}.
+"tools": [...] | None} or {"prompt", "chosen", "rejected", "tools"}, each with "chat_template_kwargs" when its record
+has them.
 """
 
 from __future__ import annotations
@@ -78,16 +82,17 @@ def parse_line(line: str, *, kind: str, where: str) -> dict[str, Any]:
     from reasoner.data.jsonl import parse_object
 
     record = parse_object(line, where=where, what=f"a {kind} record (prompt and {', '.join(FIELDS[kind])})")
-    out = normalize_record(record, kind=kind, where=where)
+    out = {"chat_template_kwargs": None, **normalize_record(record, kind=kind, where=where)}
     if kind == "sft":  # every TFDS example holds every feature
         out = {"prompt": None, "completion": None, "tools": None, "text": None, **out}
     return {k: json.dumps(v, ensure_ascii=False) for k, v in out.items()}
 
 
 def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[str, Any]:
-    """One record (any accepted shape) -> {"prompt": [messages], <fields>: str | [messages], "tools": list | None}
-    (or an SFT {"text"} record, TRL's language-modelling format: {"text": str}), the plain dicts `DecodedSource`
-    serves; clear errors name `where`. Shared by the JSONL builder and `reasoner.data.hf_datasets`, so both sources
+    """One record (any accepted shape) -> {"prompt": [messages], <fields>: str | [messages], "tools": list | None,
+    "chat_template_kwargs"?: dict (only when the record sets some: records without keep the fields they had)} (or an
+    SFT {"text"} record, TRL's language-modelling format: {"text": str}), the plain dicts `DecodedSource` serves;
+    clear errors name `where`. Shared by the JSONL builder and `reasoner.data.hf_datasets`, so both sources
     feed the trainers identical examples."""
     record = dict(record)
     if kind == "sft" and "conversations" in record and not {"messages", "prompt"} & set(record):
@@ -134,7 +139,10 @@ def normalize_record(record: dict[str, Any], *, kind: str, where: str) -> dict[s
                              "conversation to end with an assistant turn (nothing would learn from what follows)")
         out[key] = value
     out["tools"] = tool_schemas(record.get("tools"), where=where)
-    return out
+    from reasoner.data.chat_masks import template_kwargs_of
+
+    template_kwargs = template_kwargs_of(record.get("chat_template_kwargs"), where=where)
+    return {**out, "chat_template_kwargs": template_kwargs} if template_kwargs else out
 
 
 def tool_schemas(tools, *, where: str) -> list[dict] | None:
@@ -156,8 +164,8 @@ def tool_schemas(tools, *, where: str) -> list[dict] | None:
 class ChatJsonl(tfds.core.GeneratorBasedBuilder):
     """Chat prompt/completion (sft) or prompt/chosen/rejected (dpo) examples from JSONL files."""
 
-    VERSION = tfds.core.Version("1.3.0")  # 1.3: sft {text}; 1.2: file order, line numbers; 1.1: every field JSON
-    RELEASE_NOTES = {"1.3.0": "sft: TRL's {text} records", "1.2.0": "records in file order with their line number",
+    VERSION = tfds.core.Version("1.4.0")  # 1.4: chat_template_kwargs; 1.3: sft {text}; 1.2: line numbers
+    RELEASE_NOTES = {"1.4.0": "chat_template_kwargs", "1.3.0": "sft: TRL's {text} records", "1.2.0": "records in file order with their line number",
                      "1.1.0": "completions as text or messages; TRL formats; tools", "1.0.0": "prompt + text"}
     BUILDER_CONFIGS = [
         tfds.core.BuilderConfig(name="sft", description="prompt messages + completion"),
@@ -166,7 +174,8 @@ class ChatJsonl(tfds.core.GeneratorBasedBuilder):
     MANUAL_DOWNLOAD_INSTRUCTIONS = "Put train.jsonl (and validation.jsonl / test.jsonl) in the manual directory."
 
     def _info(self) -> tfds.core.DatasetInfo:
-        fields = {"prompt": tfds.features.Text(), "tools": tfds.features.Text(), "line": np.int64}
+        fields = {"prompt": tfds.features.Text(), "tools": tfds.features.Text(), "line": np.int64,
+                  "chat_template_kwargs": tfds.features.Text()}
         fields.update({k: tfds.features.Text() for k in FIELDS[self.builder_config.name]})
         if self.builder_config.name == "sft":
             fields["text"] = tfds.features.Text()
@@ -211,7 +220,8 @@ class DecodedSource:
             return {"text": text}
         out = {"prompt": json.loads(_decode(raw["prompt"])), "tools": json.loads(_decode(raw["tools"]))}
         out.update({k: json.loads(_decode(raw[k])) for k in self._fields})
-        return out
+        template_kwargs = json.loads(_decode(raw["chat_template_kwargs"])) if "chat_template_kwargs" in raw else None
+        return {**out, "chat_template_kwargs": template_kwargs} if template_kwargs else out
 
     def where(self, index: int) -> str | None:
         """"<file>:<line>" of record `index`; None when the source names no file or its records carry no line."""

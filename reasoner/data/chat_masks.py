@@ -8,21 +8,31 @@ completion_mask [T]) by one of three paths:
                 `*_training.jinja` templates): the whole conversation is rendered and tokenized once and
                 transformers' `apply_chat_template(return_assistant_tokens_mask=True)` marks the tokens inside the
                 markers; tokens of the prompt (everything up to its generation prompt) are never trained.
-  incremental   no markers (SmolLM2's template, most templates): `reasoner.tokenization.encode_prompt_completion`
-                renders the prefix before each completion turn and the prefix after it and trains the difference
-                of an assistant turn (its content, end-of-turn marker and the template's separator after it).
-                The ids of the whole conversation, rendered and tokenized at once, must then equal the
-                concatenated pieces: otherwise the template is not prefix-stable (it rewrites earlier turns, or
-                tokens merge across a turn boundary) and the mask would not line up with the sequence the model
-                sees, which is an error naming the row.
+  incremental   no markers (SmolLM2's template, most templates). One assistant turn: TRL's rule (below). Several
+                turns: `reasoner.tokenization.encode_prompt_completion` renders the prefix before each completion
+                turn and the prefix after it and trains the difference of an assistant turn (its content,
+                end-of-turn marker and the template's separator after it); the ids of the whole conversation,
+                rendered and tokenized at once, must then equal the concatenated pieces, except where the prompt
+                meets the completion (TRL's rule again): otherwise the template is not prefix-stable (it rewrites
+                earlier turns, or tokens merge at a later turn boundary) and the mask would not line up with the
+                sequence the model sees, which is an error naming the row.
 
-Tokens that merge where the prompt meets the completion (a completion starting with two spaces or blank lines:
-SmolLM2 tokenizes the generation prompt's "\n" and the first " " of "  Hello" as one token) are trained as TRL 1.16's
-SFTTrainer trains them, with a warning (once per process): the sequence is the whole conversation tokenized at
-once, and the completion starts where it parts from the tokenized prompt (`trl.data_utils.common_prefix_length`),
-so the merged token is trained. Both paths do so. A merge at a later turn boundary (after a tool turn) and a
-template that renders the prompt's text differently stay errors: there the mask would not say which tokens are the
-model's.
+TRL's rule (1.16's SFTTrainer `tokenize_fn` for prompt-completion rows, and its DPOTrainer / KTOTrainer, which
+`reasoner.data.preference_tokens` follows with `prompt_length` below): the sequence is the whole conversation
+tokenized at once, and the completion starts where it parts from the prompt tokenized alone with its generation
+prompt (`trl.data_utils.common_prefix_length`); every id from there on is trained (with markers: those the markers
+mark). The prompt's ids past that point are left out, with a warning (once per process, naming the row) and a
+count (`DataStats.prompt_cut`). Two cases reach it: tokens that merge across the boundary (a completion starting
+with two spaces or blank lines: SmolLM2 tokenizes the generation prompt's "\n" and the first " " of "  Hello" as
+one token, which is then trained) and a template that renders the prompt alone differently from the prompt inside
+the conversation (one that writes an empty thought block only after the generation prompt, Gemma-style, or
+numbers the turns). We refused the second; SFT, DPO and KTO now all train such a row as TRL does, so one dataset
+gives the same sequences to every trainer and to TRL. A completion of several turns whose template renders the
+prompt differently stays an error: no mask would say which of its tokens are the model's.
+
+`template_kwargs` (TRL's per-row `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`) reach every rendering of a
+row. `template_kwargs_of` is the one check of them (readers and encoders alike): an object of template variables,
+none of them a name the template call sets itself.
 
 Every error is one `ValueError` starting with `where` (the file and row), so a bad row is found at once.
 """
@@ -31,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from jinja2 import TemplateError
 
@@ -40,12 +50,69 @@ from reasoner.tokenization import (PromptCompletion, chat_ids, check_completion_
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 log = logging.getLogger(__name__)
-_merge_warned = [False]  # TRL warns once (`logger.warning_once`): a dataset usually has this at every row
+_cut_warned = [False]  # TRL warns once (`logger.warning_once`): a dataset usually has this at every row
 
 
 # what encoding a record can raise for bad input: our checks (ValueError) and a chat template's own
 # `raise_exception` (jinja2's TemplateError: e.g. Mistral's "roles must alternate"); re-raised naming the row
 TEMPLATE_ERRORS = (ValueError, TemplateError)
+
+
+def template_kwargs_of(value, *, where: str, tokenizer=None) -> dict[str, Any]:
+    """A row's `chat_template_kwargs` (TRL's column: a dict of template variables; None or absent: none) -> the dict;
+    a ValueError naming `where` for anything else or, given the tokenizer, for a key that is not a template variable
+    of its own (`reasoner.serve.render.reserved_template_keys`: `apply_chat_template`'s parameters such as
+    `add_generation_prompt` or `tools`, the renderer's names, the special tokens), refused as our server refuses it
+    (TRL's `{"tools": tools, **chat_template_kwargs}` lets it replace the tools column, or fails on a duplicate
+    argument). The readers check the shape (no tokenizer yet), the encoders the names."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"{where}: chat_template_kwargs must be an object of template variables (e.g. "
+                         f'{{"enable_thinking": false}}), got {type(value).__name__}')
+    if tokenizer is not None:
+        from reasoner.serve.render import reserved_template_keys
+
+        clash = sorted(set(value) & reserved_template_keys(tokenizer))
+        if clash:
+            raise ValueError(f"{where}: chat_template_kwargs sets {clash}, which the chat template call sets itself "
+                             "(or which are not template variables); expected template variables only (tools go in "
+                             "the row's tools)")
+    return dict(value)
+
+
+def _call_kwargs(tools, template_kwargs) -> dict[str, Any]:
+    """What a row's renderings pass to `apply_chat_template`: its tools (when any) and its template variables."""
+    return {**({"tools": list(tools)} if tools else {}), **(template_kwargs or {})}
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading ids `a` and `b` share (`trl.data_utils.common_prefix_length`'s contract)."""
+    n = min(len(a), len(b))
+    return next((k for k in range(n) if a[k] != b[k]), n)
+
+
+def prompt_length(tokenizer, prompt_ids: Sequence[int], joined: Sequence[Sequence[int]], *, where: str,
+                  stats=None) -> int:
+    """TRL's prompt length: the longest common prefix of `prompt_ids` (the prompt tokenized alone) and every joined
+    sequence (prompt + a completion tokenized at once). Shorter than `prompt_ids` (a cut prompt, module docstring):
+    warned once per process naming `where`, and counted in `stats.prompt_cut` when `stats` (a `DataStats`) is
+    given."""
+    p = min(common_prefix_length(prompt_ids, ids) for ids in joined)
+    if p < len(prompt_ids):
+        if not _cut_warned[0]:
+            _cut_warned[0] = True
+            log.warning("%s: the tokenized prompt is not a prefix of the tokenized prompt + completion (tokens merge "
+                        "across the boundary, or the chat template renders the prompt alone differently); as TRL "
+                        "does, the completion starts where they part and this end of the prompt is left out of the "
+                        "sequence: %r. The model is trained on a context that differs from the one it sees at "
+                        "inference; end the prompt on a token boundary (no leading whitespace in completions) and "
+                        "use a template that renders the prompt the same way alone to avoid it. Shown once; "
+                        "DataStats.prompt_cut counts the examples.", where or "an example",
+                        tokenizer.decode(list(prompt_ids[p:])))
+        if stats is not None:
+            stats.prompt_cut += 1
+    return p
 
 
 def has_generation_markers(tokenizer) -> bool:
@@ -70,62 +137,57 @@ def _turns(completion) -> list[dict]:
     return [{"role": "assistant", "content": completion}] if isinstance(completion, str) else list(completion)
 
 
-def marked_prompt_completion(tokenizer, *, prompt, completion, tools=None, where: str = "") -> PromptCompletion:
-    """The marker path: [T] ids of the whole conversation, mask = the template's generation spans after the
-    prompt (assistant turns inside `prompt` are context, as on the incremental path)."""
-    kwargs = {"tools": list(tools)} if tools else {}
+def marked_prompt_completion(tokenizer, *, prompt, completion, tools=None, template_kwargs=None, where: str = "",
+                             stats=None) -> PromptCompletion:
+    """The marker path: [T] ids of the whole conversation, mask = the template's generation spans from TRL's prompt
+    length on (assistant turns inside `prompt` are context, as on the incremental path). `template_kwargs`: the
+    row's template variables, checked by the caller (`template_kwargs_of`)."""
+    kwargs = _call_kwargs(tools, template_kwargs)
     check_completion_start(_turns(completion))
     messages = [*prompt, *_turns(completion)]
     out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
                                         add_generation_prompt=False, **kwargs)
     ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
     prompt_ids = chat_ids(tokenizer, prompt, add_generation_prompt=True, **kwargs)
-    prompt_len = _first_difference(ids, prompt_ids)
-    if prompt_len < len(prompt_ids):
-        prompt_text = render_chat(tokenizer, prompt, add_generation_prompt=True, **kwargs)
-        if not render_chat(tokenizer, messages, add_generation_prompt=False, **kwargs).startswith(prompt_text):
-            raise ValueError("chat template is not prefix-stable: the prompt rendered with its generation prompt is "
-                             "not the start of the whole conversation's text")
-        _warn_merge(tokenizer, prompt_ids[prompt_len:], where)
+    prompt_len = prompt_length(tokenizer, prompt_ids, [ids], where=where, stats=stats)
     mask[:prompt_len] = [0] * prompt_len
     if not any(mask):
         raise ValueError("the template's {% generation %} markers cover no completion token")
     return PromptCompletion(ids=tuple(ids), completion_mask=tuple(mask), prompt_len=prompt_len)
 
 
-def _warn_merge(tokenizer, dropped, where: str) -> None:
-    if not _merge_warned[0]:
-        _merge_warned[0] = True
-        log.warning("%s: tokens merge where the prompt meets the completion: the prompt's last tokens %r are not "
-                    "in the whole conversation's ids, so the completion starts where they part and the merged token "
-                    "is trained (as TRL's SFTTrainer does); the model is trained on a context that differs from the "
-                    "one it sees at inference. To avoid it, start completions without leading whitespace. Shown "
-                    "once; it likely applies to other rows.", where or "an example", tokenizer.decode(list(dropped)))
-
-
-def _first_difference(a, b) -> int:
-    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
 def _common_suffix(a, b, limit: int) -> int:
     return next((k for k in range(limit) if a[len(a) - 1 - k] != b[len(b) - 1 - k]), limit)
 
 
-def incremental_prompt_completion(tokenizer, *, prompt, completion, tools=None, where: str = "") -> PromptCompletion:
-    """The incremental path (`encode_prompt_completion`) plus the whole-conversation check (module docstring)."""
-    pc = encode_prompt_completion(tokenizer, prompt=prompt, completion=completion, tools=tools)
-    kwargs = {"tools": list(tools)} if tools else {}
-    whole = encode(tokenizer, render_chat(tokenizer, [*prompt, *_turns(completion)], add_generation_prompt=False,
-                                          **kwargs))
+def incremental_prompt_completion(tokenizer, *, prompt, completion, tools=None, template_kwargs=None,
+                                  where: str = "", stats=None) -> PromptCompletion:
+    """The incremental path (module docstring): one assistant turn by TRL's rule, several by
+    `encode_prompt_completion` plus the whole-conversation check. `template_kwargs`: the row's template variables,
+    checked by the caller (`template_kwargs_of`); `stats` counts a cut prompt."""
+    kwargs, turns = _call_kwargs(tools, template_kwargs), _turns(completion)
+    whole = None
+    if len(turns) == 1:
+        check_completion_start(turns)
+        prompt_ids = chat_ids(tokenizer, prompt, add_generation_prompt=True, **kwargs)
+        whole = chat_ids(tokenizer, [*prompt, *turns], add_generation_prompt=False, **kwargs)
+        k = prompt_length(tokenizer, prompt_ids, [whole], where=where, stats=stats)
+        if k == len(whole):
+            raise ValueError(f"completion {turns[0].get('content')!r}: the conversation's ids end where the prompt's "
+                             "do, so nothing would be trained; expected a completion that renders to tokens")
+        return PromptCompletion(ids=tuple(whole), completion_mask=(0,) * k + (1,) * (len(whole) - k), prompt_len=k)
+    pc = encode_prompt_completion(tokenizer, prompt=prompt, completion=completion, tools=tools,
+                                  template_kwargs=template_kwargs)
+    whole = chat_ids(tokenizer, [*prompt, *turns], add_generation_prompt=False, **kwargs)
     if whole == list(pc.ids):
         return pc
     # the texts are equal (encode_prompt_completion checked each rendering extends the last): tokens merged
-    k = _first_difference(whole, pc.ids)
+    k = common_prefix_length(whole, pc.ids)
     tail = _common_suffix(whole, pc.ids, min(len(whole), len(pc.ids)) - k)
     if k < pc.prompt_len and all(pc.completion_mask[pc.prompt_len:len(pc.ids) - tail]):
         # only where the prompt meets the completion (the pieces part between the prompt's end and trained
         # completion tokens): TRL's rule, the completion starts where the ids part
-        _warn_merge(tokenizer, pc.ids[k:pc.prompt_len], where)
+        prompt_length(tokenizer, pc.ids[:pc.prompt_len], [whole], where=where, stats=stats)
         mask = [0] * k + [1] * (len(whole) - tail - k) + list(pc.completion_mask[len(pc.ids) - tail:])
         return PromptCompletion(ids=tuple(whole), completion_mask=tuple(mask), prompt_len=k)
     raise ValueError(
@@ -137,16 +199,21 @@ def incremental_prompt_completion(tokenizer, *, prompt, completion, tools=None, 
         "whitespace)")
 
 
-def encode_sft_example(tokenizer, example: Mapping[str, Any], *, where: str) -> PromptCompletion:
-    """One SFT example ({"text"} or {"prompt", "completion", "tools"?}) -> ids and loss mask; errors name `where`."""
+def encode_sft_example(tokenizer, example: Mapping[str, Any], *, where: str, stats=None) -> PromptCompletion:
+    """One SFT example ({"text"} or {"prompt", "completion", "tools"?, "chat_template_kwargs"?}) -> ids and loss
+    mask; errors name `where`; `stats` (a `DataStats`) counts a cut prompt (module docstring)."""
     if example.get("text") is None and not {"prompt", "completion"} <= set(example):
         raise ValueError(f"{where}: expected an SFT example with 'prompt' and 'completion' (or 'text'), got the keys "
                          f"{sorted(example)}")
-    try:
-        if example.get("text") is not None and example.get("prompt") is None:
+    if example.get("text") is not None and example.get("prompt") is None:
+        try:  # TRL ignores chat_template_kwargs for plain text: no template renders it
             return text_document(tokenizer, example["text"])
-        encode_fn = marked_prompt_completion if has_generation_markers(tokenizer) else incremental_prompt_completion
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+    template_kwargs = template_kwargs_of(example.get("chat_template_kwargs"), where=where, tokenizer=tokenizer)
+    encode_fn = marked_prompt_completion if has_generation_markers(tokenizer) else incremental_prompt_completion
+    try:
         return encode_fn(tokenizer, prompt=list(example["prompt"]), completion=example["completion"],
-                         tools=example.get("tools"), where=where)
+                         tools=example.get("tools"), template_kwargs=template_kwargs, where=where, stats=stats)
     except TEMPLATE_ERRORS as err:
         raise ValueError(f"{where}: {err}") from None

@@ -7,8 +7,11 @@
   a saved dataset      a `Dataset.save_to_disk` / `DatasetDict.save_to_disk` directory (`datasets.load_from_disk`);
                        a lone `Dataset` is the split "train"
 
-and its columns select the format (TRL's names; extra columns such as `id` are ignored, `tools` is passed to the
-chat template):
+and its columns select the format (TRL's names; extra columns such as `id` are ignored, `tools` and
+`chat_template_kwargs` are passed to the chat template as TRL's trainers pass them; a variable Arrow filled with
+None, because another row sets it, is dropped as message keys are, so a row gives the variables it was written with,
+as the same JSONL line does: a deliberate difference from TRL, which passes it as None, so that a template testing
+`enable_thinking is defined` reads a row that never set it as set):
 
   sft     ["messages"]                       conversational: the prompt is everything before the first assistant
                                              turn, the completion the rest, which must end with an assistant turn
@@ -164,6 +167,8 @@ def example_from_row(row: dict[str, Any], *, kind: str, columns: tuple[str, ...]
     record = {k: _drop_nones(row[k]) for k in columns if row[k] is not None}
     if row.get("tools") is not None:
         record["tools"] = tool_schemas(_drop_nones(row["tools"]), where=where)
+    if row.get("chat_template_kwargs") is not None:  # checked by normalize_record / normalize_unpaired
+        record["chat_template_kwargs"] = _drop_nones(row["chat_template_kwargs"])
     if kind == "kto":  # the unpaired format (paired rows are unpaired in `examples_of`)
         from reasoner.data.unpaired import normalize_unpaired
 

@@ -58,8 +58,8 @@ class DataStats:
     completion_tokens: int = 0
     """Completion (trained) tokens in the rows, both sides of a DPO pair."""
     prompt_cut: int = 0
-    """DPO / KTO examples whose tokenized prompt is not a prefix of the tokenized prompt + completion: the prompt's
-    tail is left out, as TRL leaves it out (`reasoner.data.preference_tokens`; warned once)."""
+    """SFT / DPO / KTO examples whose tokenized prompt is not a prefix of the tokenized prompt + completion: the
+    prompt's tail is left out, as TRL leaves it out (`reasoner.data.chat_masks.prompt_length`; warned once)."""
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -94,7 +94,8 @@ def prepare_sft(
     split: str = "train",
 ) -> tuple[dict[str, np.ndarray], DataStats]:
     """Tokenized rows {tokens, positions, segment_ids, loss_mask} [R, seq_len] of SFT examples ({prompt,
-    completion, tools?} or {text}; the loss mask is `reasoner.data.chat_masks.encode_sft_example`'s)."""
+    completion, tools?, chat_template_kwargs?} or {text}; the loss mask is
+    `reasoner.data.chat_masks.encode_sft_example`'s; a prompt cut as TRL cuts it is counted in `stats.prompt_cut`)."""
     from reasoner.data.chat_masks import encode_sft_example
 
     if overflow not in OVERFLOW_MODES:
@@ -105,7 +106,7 @@ def prepare_sft(
         ex = examples[i]
         stats.examples += 1
         # assistant-only mask (chat_masks); an error names the file and line (or row) of the example
-        pc = encode_sft_example(tokenizer, ex, where=row_location(examples, i, split=split))
+        pc = encode_sft_example(tokenizer, ex, where=row_location(examples, i, split=split), stats=stats)
         fitted = _fit(pc.ids, pc.completion_mask, seq_len=seq_len, overflow=overflow, stats=stats)
         if fitted is None:
             continue

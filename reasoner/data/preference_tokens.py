@@ -27,7 +27,8 @@ give take the conversational path; rows handed to `prepare_dpo` / `prepare_kto` 
 
 Where the prompt's ids are not a prefix of a joined sequence, TRL logs one warning (`warning_once`) with the cut-off
 tail; we warn once per process with the same information and the row, and count every such example in
-`DataStats.prompt_cut`.
+`DataStats.prompt_cut` (`reasoner.data.chat_masks.prompt_length`, the one function of this rule, which our SFT path
+follows too, as TRL's SFTTrainer does).
 
 The loss mask is TRL's completion mask (1 on every completion id), except where a completion holds several turns: a
 tool (or user) turn after an assistant turn, and the generation prompt before the next assistant turn, are context,
@@ -39,13 +40,10 @@ template that rewrites earlier turns: there no mask says which tokens are the mo
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, Mapping, Sequence
 
+from reasoner.data.chat_masks import TEMPLATE_ERRORS, incremental_prompt_completion, prompt_length, template_kwargs_of
 from reasoner.tokenization import PromptCompletion, chat_ids, check_completion_start, encode_prompt
-
-log = logging.getLogger(__name__)
-_cut_warned = [False]  # TRL warns once (`logger.warning_once`): a dataset usually has this at every row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,63 +69,6 @@ class PreferenceTokens:
                                 prompt_len=len(self.prompt_ids))
 
 
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading ids `a` and `b` share."""
-    n = min(len(a), len(b))
-    return next((k for k in range(n) if a[k] != b[k]), n)
-
-
-def template_kwargs_of(value, *, where: str, tokenizer=None) -> dict[str, Any]:
-    """A row's `chat_template_kwargs` (TRL's column: a dict of template variables; None or absent: none) -> the dict;
-    a ValueError naming `where` for anything else or, given the tokenizer, for a key that is not a template variable
-    of its own (`reasoner.serve.render.reserved_template_keys`: `apply_chat_template`'s parameters such as
-    `add_generation_prompt` or `tools`, the renderer's names, the special tokens), refused as our server refuses it
-    (TRL's `{"tools": tools, **chat_template_kwargs}` lets it replace the tools column, or fails on a duplicate
-    argument)."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        raise ValueError(f"{where}: chat_template_kwargs must be an object of template variables (e.g. "
-                         f'{{"enable_thinking": false}}), got {type(value).__name__}')
-    if tokenizer is not None:
-        from reasoner.serve.render import reserved_template_keys
-
-        clash = sorted(set(value) & reserved_template_keys(tokenizer))
-        if clash:
-            raise ValueError(f"{where}: chat_template_kwargs sets {clash}, which the chat template call sets itself "
-                             "(or which are not template variables); expected template variables only (tools go in "
-                             "the row's tools)")
-    return dict(value)
-
-
-def _warn_cut(tokenizer, cut: Sequence[int], where: str) -> None:
-    if not _cut_warned[0]:
-        _cut_warned[0] = True
-        log.warning("%s: the tokenized prompt is not a prefix of the tokenized prompt + completion (tokens merge "
-                    "across the boundary, or the chat template renders the prompt alone differently); as TRL does, "
-                    "the completion starts where they part and this end of the prompt is left out of the sequence: "
-                    "%r. The model is trained on a context that differs from the one it sees at inference; end the "
-                    "prompt on a token boundary (no leading whitespace in completions) to avoid it. Shown once; "
-                    "DataStats.prompt_cut counts the examples.", where or "an example", tokenizer.decode(list(cut)))
-
-
-class _BoundTemplate:
-    """`tokenizer` whose `apply_chat_template` always gets `kwargs` (a row's template variables), so that
-    `chat_masks.incremental_prompt_completion`, which passes only the tools, renders the row as TRL renders it."""
-
-    def __init__(self, tokenizer, kwargs: dict[str, Any]):
-        self._tokenizer, self._kwargs = tokenizer, kwargs
-
-    def apply_chat_template(self, *args, **kwargs):
-        return self._tokenizer.apply_chat_template(*args, **{**self._kwargs, **kwargs})
-
-    def __call__(self, *args, **kwargs):
-        return self._tokenizer(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._tokenizer, name)
-
-
 def _plain(tokenizer, prompt: str, completions: Sequence, *, keys: Sequence[str], where: str):
     bad = [k for k, c in zip(keys, completions) if not isinstance(c, str)]
     if bad:
@@ -141,8 +82,6 @@ def _plain(tokenizer, prompt: str, completions: Sequence, *, keys: Sequence[str]
 
 def _conversational(tokenizer, prompt, completions, *, keys, tools, template_kwargs, where):
     """(prompt ids, joined ids per completion, per completion None or the SFT mask of a multi-turn one)."""
-    from reasoner.data.chat_masks import TEMPLATE_ERRORS, incremental_prompt_completion
-
     kwargs = {"tools": tools, **template_kwargs}
     prompt_ids, joined, masks = None, [], []
     for key, completion in zip(keys, completions):
@@ -156,8 +95,8 @@ def _conversational(tokenizer, prompt, completions, *, keys, tools, template_kwa
             ids = chat_ids(tokenizer, [*prompt, *turns], add_generation_prompt=False, **kwargs)
             pc = None
             if len(turns) > 1:
-                bound = _BoundTemplate(tokenizer, template_kwargs) if template_kwargs else tokenizer
-                pc = incremental_prompt_completion(bound, prompt=prompt, completion=turns, tools=tools, where=where)
+                pc = incremental_prompt_completion(tokenizer, prompt=prompt, completion=turns, tools=tools,
+                                                   template_kwargs=template_kwargs, where=where)
                 if list(pc.ids) != ids:  # both are the whole conversation's ids, unless a template is not pure
                     raise ValueError("the chat template renders the conversation differently on a second call")
         except TEMPLATE_ERRORS as err:
@@ -190,7 +129,7 @@ def tokenize_preference(tokenizer, example: Mapping[str, Any], *, keys: Sequence
     else:
         raise ValueError(f"{where}: prompt must be a string (plain text) or a list of messages, got "
                          f"{type(prompt).__name__}")
-    p = min(common_prefix_length(prompt_ids, ids) for ids in joined)
+    p = prompt_length(tokenizer, prompt_ids, joined, where=where, stats=stats)
     masks = []
     for ids, pc in zip(joined, multi):
         if pc is None:
@@ -198,9 +137,5 @@ def tokenize_preference(tokenizer, example: Mapping[str, Any], *, keys: Sequence
         else:  # the SFT mask, and TRL's 1 on the prompt tokens this side shares but another side does not
             masks.append((1,) * (pc.prompt_len - p) + tuple(pc.completion_mask[pc.prompt_len:]))
     cut = tuple(prompt_ids[p:])
-    if cut:
-        _warn_cut(tokenizer, cut, where)
-        if stats is not None:
-            stats.prompt_cut += 1
     return PreferenceTokens(prompt_ids=tuple(prompt_ids[:p]), completion_ids=tuple(tuple(ids[p:]) for ids in joined),
                             completion_masks=tuple(masks), cut=cut)

@@ -15,7 +15,8 @@ follow `chat_jsonl.normalize_record` (a plain-string prompt is one user message;
 hold tool turns, which are masked out of the loss).
 
 `chat_template_kwargs` (TRL's per-row template variables) is kept with the example, and with both examples of an
-unpaired pair, and reaches the chat template (`reasoner.data.preference_tokens`).
+unpaired pair (`chat_jsonl.normalize_record` keeps it), and reaches the chat template
+(`reasoner.data.preference_tokens`).
 
 `prepare_kto` tokenizes each example once, as TRL's KTOTrainer does (`reasoner.data.preference_tokens`), one example
 per row, and keeps each completion's tokens apart (`completion_*`), so that `with_kl_rows` can build, for every row i
@@ -43,8 +44,9 @@ HOST_FIELDS = ("prompt_len", "completion_tokens", "completion_mask", "completion
 
 
 def normalize_unpaired(record: dict[str, Any], *, where: str) -> dict[str, Any]:
-    """One {prompt, completion, label, tools?} record -> {"prompt": [messages], "completion": str | [messages],
-    "label": bool, "tools": list | None}; a one-line ValueError naming `where` otherwise."""
+    """One {prompt, completion, label, tools?, chat_template_kwargs?} record -> {"prompt": [messages], "completion":
+    str | [messages], "label": bool, "tools": list | None, "chat_template_kwargs"?: dict}; a one-line ValueError
+    naming `where` otherwise."""
     from reasoner.data.chat_jsonl import normalize_record
 
     missing = [k for k in ("prompt", "completion", "label") if record.get(k) is None]
@@ -55,18 +57,9 @@ def normalize_unpaired(record: dict[str, Any], *, where: str) -> dict[str, Any]:
     if not isinstance(label, (bool, np.bool_)):
         raise ValueError(f"{where}: label must be true or false (a JSON boolean), got {label!r:.40} "
                          f"({type(label).__name__})")
-    out = normalize_record({k: record[k] for k in ("prompt", "completion", "tools") if k in record}, kind="sft",
-                           where=where)
-    return {**out, **_template_kwargs(record, where=where), "label": bool(label)}
-
-
-def _template_kwargs(record: dict[str, Any], *, where: str) -> dict[str, Any]:
-    """{"chat_template_kwargs": {...}} of a record that has them (checked), else {} (records without them keep the
-    fields they had)."""
-    from reasoner.data.preference_tokens import template_kwargs_of
-
-    kwargs = template_kwargs_of(record.get("chat_template_kwargs"), where=where)
-    return {"chat_template_kwargs": kwargs} if kwargs else {}
+    out = normalize_record({k: record[k] for k in ("prompt", "completion", "tools", "chat_template_kwargs")
+                            if k in record}, kind="sft", where=where)
+    return {**out, "label": bool(label)}
 
 
 def unpair(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -103,8 +96,7 @@ def read_jsonl_splits(path) -> dict[str, Any]:
         if "label" in lines[0][1] or "completion" in lines[0][1]:
             rows = [normalize_unpaired(r, where=f"{file}:{n}") for n, r in lines]
         else:  # paired preference records, unpaired with their line numbers in the same order
-            rows = unpair([{**normalize_record(r, kind="dpo", where=f"{file}:{n}"),
-                            **_template_kwargs(r, where=f"{file}:{n}")} for n, r in lines])
+            rows = unpair([normalize_record(r, kind="dpo", where=f"{file}:{n}") for n, r in lines])
             numbers = [n for start in range(0, len(numbers), UNPAIR_CHUNK) for _ in ("chosen", "rejected")
                        for n in numbers[start:start + UNPAIR_CHUNK]]
         out[split] = ChatRows(name=str(file), rows=rows, lines=tuple(numbers))

@@ -49,12 +49,13 @@ def test_a_completion_with_leading_whitespace_trains_as_trl_does(tokenizer, mark
 
 
 def test_the_merge_is_warned_once_naming_the_row(tokenizer, caplog, monkeypatch):
-    monkeypatch.setattr(chat_masks, "_merge_warned", [False])
+    monkeypatch.setattr(chat_masks, "_cut_warned", [False])
     with caplog.at_level(logging.WARNING, logger="reasoner.data.chat_masks"):
         for line in (3, 4):
             encode_sft_example(tokenizer, {"prompt": PROMPT, "completion": "  Hello"}, where=f"x.jsonl:{line}")
     assert len(caplog.records) == 1
-    assert caplog.records[0].getMessage().startswith("x.jsonl:3: tokens merge where the prompt meets the completion")
+    assert caplog.records[0].getMessage().startswith("x.jsonl:3: the tokenized prompt is not a prefix of the "
+                                                     "tokenized prompt + completion")
 
 
 def test_a_merge_after_a_tool_turn_is_still_named(tokenizer):
@@ -67,12 +68,22 @@ def test_a_merge_after_a_tool_turn_is_still_named(tokenizer):
         encode_sft_example(tokenizer, {"prompt": PROMPT, "completion": completion}, where="x.jsonl:7")
 
 
-def test_a_template_that_renders_the_prompt_differently_is_still_refused_on_the_marker_path(marked):
-    # the prompt's text is not the start of the conversation's text: no mask can say which tokens are the model's
-    counted = copy.copy(marked)
-    counted.chat_template = "{{ messages | length }}" + MARKED_SMOLLM2
-    with pytest.raises(ValueError, match=r"x\.jsonl:2: chat template is not prefix-stable"):
-        encode_sft_example(counted, {"prompt": PROMPT, "completion": "Hello"}, where="x.jsonl:2")
+@pytest.mark.parametrize("markers", [False, True])
+def test_a_template_that_renders_the_prompt_differently_trains_as_trl_does(tokenizer, marked, markers):
+    # the prompt's text is not the start of the conversation's text (the template writes the message count first):
+    # we refused the row on both paths; TRL trains the conversation's ids from where they part from the prompt's
+    counted = copy.copy(marked if markers else tokenizer)
+    counted.chat_template = "{{ messages | length }}" + counted.chat_template
+    row = {"prompt": PROMPT, "completion": [{"role": "assistant", "content": "Hello"}]}
+    pc = encode_sft_example(counted, row, where="x.jsonl:2")
+    assert (list(pc.ids), list(pc.completion_mask)) == trl_labels(counted, row, assistant_only_loss=markers)
+    assert pc.prompt_len == 0  # "1" vs "2": nothing is shared
+    # several completion turns without markers: no mask would say which tokens are the model's, still an error
+    turns = [{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"},
+             {"role": "assistant", "content": "Hello"}]
+    if not markers:
+        with pytest.raises(ValueError, match=r"^x\.jsonl:2: chat template renders the earlier turns differently"):
+            encode_sft_example(counted, {"prompt": PROMPT, "completion": turns}, where="x.jsonl:2")
 
 
 # SmolLM2's layout with tool calls rendered Qwen-style, once with TRL's {% generation %} markers and once without

@@ -24,7 +24,7 @@ import datasets
 import numpy as np
 import pytest
 
-from reasoner.data import preference_tokens
+from reasoner.data import chat_masks
 from reasoner.data.pipeline import prepare_dpo
 from reasoner.data.unpaired import prepare_kto
 from reasoner.tokenization import encode_prompt_completion
@@ -208,11 +208,11 @@ def test_tools_and_chat_template_kwargs_reach_the_template_as_trls(templated):
 
 
 def test_a_cut_prompt_is_warned_once_and_counted(templated, caplog, monkeypatch):
-    monkeypatch.setattr(preference_tokens, "_cut_warned", [False])
+    monkeypatch.setattr(chat_masks, "_cut_warned", [False])
     rows = [{"prompt": USER, "chosen": "A", "rejected": "B", "chat_template_kwargs": {"style": "terse"}},
             {"prompt": USER, "chosen": "A", "rejected": "B"},
             {"prompt": USER, "chosen": "  A", "rejected": "B"}]
-    with caplog.at_level(logging.WARNING, logger="reasoner.data.preference_tokens"):
+    with caplog.at_level(logging.WARNING, logger="reasoner.data.chat_masks"):
         _, stats = prepare_dpo(rows, templated, seq_len=SEQ)
         _, kto_stats = prepare_kto(unpaired(rows), templated, seq_len=SEQ)
     assert (stats.prompt_cut, kto_stats.prompt_cut) == (2, 3)  # KTO: per example, "B" after row 2's prompt is whole

@@ -191,7 +191,13 @@ def test_templates_that_are_not_prefix_stable_are_named_errors(tokenizer):
     bad = {"prompt": [{"role": "user", "content": "Hi"}], "completion": [
         {"role": "assistant", "content": " there."}, {"role": "user", "content": "hel"},
         {"role": "assistant", "content": "lo"}]}
-    for tok, examples, message in ((counted, [ok], "renders the earlier turns differently"),
+    # a single turn after a prompt the template renders differently alone trains as TRL does (the prompt cut,
+    # counted; tests/data/test_chat_masks_trl.py); several turns have no mask: an error
+    again = {**ok, "completion": [*ok["completion"], {"role": "user", "content": "Again?"},
+                                  {"role": "assistant", "content": "Yes."}]}
+    assert prepare_sft(examples_of(datasets.Dataset.from_list([ok]), kind="sft", name="d.parquet"), counted,
+                       seq_len=64)[1].prompt_cut == 1
+    for tok, examples, message in ((counted, [ok, again], "renders the earlier turns differently"),
                                    (glued, [ok, bad], "tokens merge across a turn boundary: the whole conversation tokenizes")):
         source = examples_of(datasets.Dataset.from_list(examples), kind="sft", name="d.parquet")
         with pytest.raises(ValueError, match=rf"d.parquet, row {len(examples) - 1}: .*{message}"):
