@@ -123,13 +123,14 @@ def check_episode_steps(dqn, longest, key: str) -> None:
     `key` sets; None: unknown). The step loop sees it only after the episodes ran: on RL-of-Thoughts a batch of
     LLM calls spent, then "still running after max_steps"."""
     if longest is not None and int(dqn.max_episode_steps) < int(longest):
-        raise ValueError(f"dqn.max_episode_steps={dqn.max_episode_steps} is below {key}={longest}, the most steps an "
-                         f"episode can take; expected dqn.max_episode_steps >= {key}")
+        raise ValueError(f"dqn.max_episode_steps={dqn.max_episode_steps} is below {key} = {longest}, the most steps "
+                         f"an episode can take; expected dqn.max_episode_steps >= {key}")
 
 
 def check(config) -> None:
     """The errors a training run would otherwise meet after LLM calls (the direct pass, the first episodes): the
-    `dqn.*` numbers, and `dqn.max_episode_steps` below `env.max_depth` (a `ThoughtEnv` episode takes up to
-    `env.max_depth` steps: each step ends it or adds a block, and the max_depth-th block forces the answer)."""
+    `dqn.*` numbers, and `dqn.max_episode_steps` below `env.max_depth + 1` (a `ThoughtEnv` episode takes up to
+    `env.max_depth + 1` steps: `env.max_depth` blocks, then the step that forces the answer, as the authors'
+    `ENV.step`; `reasoner.agents.rlot.env`)."""
     check_dqn(config.dqn)
-    check_episode_steps(config.dqn, int(config.env.max_depth), "env.max_depth")
+    check_episode_steps(config.dqn, int(config.env.max_depth) + 1, "env.max_depth + 1")

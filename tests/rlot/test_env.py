@@ -205,21 +205,73 @@ def test_refine_appends_its_rewrite_after_the_step_it_refines():
 
 
 def test_an_episode_bound_below_max_depth_fails_before_any_llm_call():
-    """A ThoughtEnv episode takes up to max_depth steps; with dqn.max_episode_steps below it the first batch spent its
-    LLM calls (root evaluations, blocks) and then stopped with "still running after max_steps"."""
+    """A ThoughtEnv episode takes up to max_depth + 1 steps; with dqn.max_episode_steps below it the first batch spent
+    its LLM calls (root evaluations, blocks) and then stopped with "still running after max_steps"."""
     from configs.rlot import get_config
     from trainers.dqn import train_dqn
 
     lm = CountingLM(RuleLM())
     env = ThoughtEnv(lm, PROBLEMS, max_depth=6, max_width=3)
-    assert env.max_episode_length == 6
+    assert env.max_episode_length == 7
     config = get_config("tiny")
-    config.dqn.update(dict(max_episode_steps=4, episodes_per_batch=8, num_episodes=8))
-    with pytest.raises(ValueError, match=r"dqn\.max_episode_steps=4 is below env\.max_depth=6.*expected "
-                                         r"dqn\.max_episode_steps >= env\.max_depth"):
+    config.dqn.update(dict(max_episode_steps=6, episodes_per_batch=8, num_episodes=8))
+    with pytest.raises(ValueError, match=r"dqn\.max_episode_steps=6 is below env\.max_depth \+ 1 = 7.*expected "
+                                         r"dqn\.max_episode_steps >= env\.max_depth \+ 1"):
         train_dqn(env, config)
     assert lm.calls == 0
-    # the bound is tight: never terminating, an episode ends at step max_depth, not before
+    # the bound is tight: never terminating, an episode ends at step max_depth + 1, not before
     env = ThoughtEnv(Unfinished(), PROBLEMS[:2], max_depth=3, max_width=3)
     env.reset_problems(PROBLEMS[:2])
-    assert [bool(env.step([REASON, DEBATE])[2].all()) for _ in range(env.max_episode_length)] == [False, False, True]
+    assert [bool(env.step([REASON, DEBATE])[2].all()) for _ in range(env.max_episode_length)] == [False] * 3 + [True]
+
+
+class AlwaysReason(ThoughtEnv):
+    """Runs Reason whatever the navigator chose: only the depth limit ends an episode (with `Unfinished`)."""
+
+    def step(self, actions):
+        return super().step(np.full_like(np.asarray(actions), REASON))
+
+
+def test_the_depth_limit_forces_the_answer_in_a_step_of_its_own():
+    """The authors' `ENV.step` (env/environment_simple.py) counts `self.n_step += 1` and, `if self.n_step >
+    self.max_depth`, answers whatever the action; below that it runs the block and asks check-finished. So with
+    max_depth 2: 2 blocks, each an ordinary transition (PRM reward, not done), then a third transition that is a
+    Terminate (the outcome reward, done). An earlier version forced the answer inside the 2nd block's step: the
+    same 2 blocks but 2 transitions per episode (4 stored here, not 6), the 2nd carrying the outcome instead of
+    its PRM score, and no check-finished after it."""
+    from configs.rlot import get_config
+    from trainers import dqn
+
+    env = AlwaysReason(CountingLM(Unfinished()), PROBLEMS[12:15], prm=VerifierPRM(arithmetic_check), max_depth=2,
+                       max_width=3)
+    cfg = get_config("tiny").dqn
+    cfg.update(dict(buffer_size=64, batch_size=8, episodes_per_batch=2, num_episodes=2))
+    graphdef, state = dqn.init_state(cfg, obs_dim=7, num_actions=5)
+    state, stats = dqn.EpisodeSource(env, n=2, max_steps=3, total_steps=1).run_batch(
+        graphdef, state, dqn.Hyper.from_config(cfg))
+    assert [e.blocks for e in env.episodes] == [[REASON, REASON, TERMINATE]] * 2
+    assert stats.lengths == [3, 3] and stats.actions == [[REASON, REASON, TERMINATE]] * 2
+    calls = {stage: [sum(i in rows for s, rows in env.stage_log if s == stage) for i in range(2)]
+             for stage in ("reason", "check_finished", "evaluate", "terminate")}
+    assert calls == {"reason": [2, 2], "check_finished": [2, 2], "evaluate": [3, 3], "terminate": [1, 1]}
+    # the buffer, in row order per step: step 1 (slots 0, 1), step 2 (2, 3), the forced answer (4, 5)
+    assert int(state.buf_size) == 6
+    assert np.asarray(state.buf_action_C)[:6].tolist() == [REASON] * 4 + [TERMINATE] * 2
+    assert np.asarray(state.buf_done_C)[:6].tolist() == [0, 0, 0, 0, 1, 1]
+    rewards = np.asarray(state.buf_reward_C)[:6].tolist()
+    assert [e.rewards for e in env.episodes] == [rewards[0::2], rewards[1::2]]
+    # p14: PRM 1, PRM 0, then correct; p13: PRM 0, PRM 1, then wrong (the old version stored 1 and 0 in slots 2, 3)
+    assert [e.problem.id for e in env.episodes] == ["p14", "p13"] and rewards == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    assert rewards[4:] == [float(e.correct) for e in env.episodes]
+    obs, nxt = np.asarray(state.buf_obs_Cx7)[:6], np.asarray(state.buf_next_Cx7)[:6]
+    np.testing.assert_array_equal(obs[4:], nxt[2:4])  # the forced step starts where the 2nd block left off ...
+    np.testing.assert_array_equal(nxt[4:], obs[4:])  # ... and, as a Terminate, leaves the state as it was
+    # the forced step is a chosen Terminate in every respect: same observations, rewards, done flags and blocks
+    forced, trace_forced = _run(Unfinished(), PROBLEMS[:2], np.full((2, 3), DEBATE), max_depth=2)
+    chosen, trace_chosen = _run(Unfinished(), PROBLEMS[:2], np.array([[DEBATE, DEBATE, TERMINATE]] * 2),
+                                max_depth=2)
+    for (o1, r1, d1, _), (o2, r2, d2, _) in zip(trace_forced, trace_chosen):
+        np.testing.assert_array_equal(o1, o2)
+        assert r1.tolist() == r2.tolist() and d1.tolist() == d2.tolist()
+    assert [e.blocks for e in forced.episodes] == [e.blocks for e in chosen.episodes] == [[2, 2, 4]] * 2
+    assert forced.executed.tolist() == [TERMINATE] * 2

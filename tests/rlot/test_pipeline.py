@@ -47,8 +47,8 @@ def test_a_preempted_navigator_is_not_evaluated(tmp_path, shared_data, monkeypat
 
 
 @pytest.mark.parametrize("override,message", [
-    (["--config.env.max_depth=8", "--config.dqn.max_episode_steps=5"],
-     r"dqn\.max_episode_steps=5 is below env\.max_depth=8"),
+    (["--config.env.max_depth=8", "--config.dqn.max_episode_steps=8"],  # 8 blocks, then the forced answer
+     r"dqn\.max_episode_steps=8 is below env\.max_depth \+ 1 = 9"),
     (["--config.dqn.lr=0.0"], r"dqn\.lr=0\.0: expected a number > 0"),
     (["--config.dqn.batch_size=7"], r"dqn\.batch_size=7: expected at most dqn\.buffer_size=6")])
 def test_a_config_the_training_cannot_run_fails_before_the_model_loads(tmp_path, monkeypatch, override, message):

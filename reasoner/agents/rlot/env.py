@@ -18,9 +18,22 @@ Actions: 0 Reason one step, 1 Decompose, 2 Debate, 3 Refine, 4 Terminate. The ru
     prompts see both versions, the PRM scores the rewrite as the latest step in the context of the original, and
     the episode's step count grows by one, as in the authors' code;
   * after each non-terminal block a check-finished prompt asks whether a final answer has been given; "yes"
-    (or reaching `max_depth` blocks) leaves only Terminate, which the environment then takes in the same step
-    (choice: the forced answer is part of the transition that led to it, so that transition is terminal and
-    carries the outcome reward instead of a process reward);
+    leaves only Terminate, which the environment takes in the same step (that transition is terminal and carries
+    the outcome reward), as the authors' `ENV.step` (env/environment_simple.py: `finished = self.check_finished()`
+    then `get_answer()` and `return ..., self.equal(ans, self.ans), True`);
+  * the depth limit, as the authors' `ENV.step` (after its first-Refine rule: `self.n_step += 1`, then
+    `if self.n_step > self.max_depth:` the answer is forced whatever the action): `max_depth` blocks run, each an
+    ordinary transition (check-finished asked, the PRM's reward, the next state evaluated), and the step after
+    the `max_depth`-th block answers whatever the navigator chose: a transition of its own that is a Terminate in
+    every respect (reward = the outcome, done, `executed` and `blocks` say Terminate), so an episode takes at most
+    `max_depth + 1` steps. An earlier version forced the answer inside the `max_depth`-th block's step: the same
+    number of blocks, but the last block got the outcome reward instead of its PRM score, no check-finished, and
+    one transition fewer than the authors'. Choice: the forced transition stores Terminate, the action that ran;
+    the authors' loop (train_Dueling_DDQN_MATH.py l. 227 `exp = Experience(state,action,reward,done,state_next)`) stores
+    the chosen action, which trains Q(s, a) toward the outcome for a block a that did not run (the state carries
+    no depth, so the same s at a shallower depth would continue), while the paper says only that "a maximum
+    action limit triggers termination". A terminal transition's next state is the last evaluated one (the
+    authors evaluate the answer's thought, one more LLM call whose result the done mask of the target discards);
   * Terminate asks for the final answer in the task's format; the episode ends with reward 1 when it is correct,
     else 0 (an answer that cannot be extracted is wrong).
 Rewards: after a non-terminal block that does not end the episode, the PRM's score of the latest step.
@@ -75,14 +88,15 @@ class ThoughtEnv:
     """The batched environment (see the module docstring).
 
     lm: a `reasoner.agents.rlot.llm.BatchLM`. problems: the training pool for `reset`. prm: a
-    `ProcessRewardModel` (default outcome only). max_depth: non-terminal blocks before the answer is forced.
+    `ProcessRewardModel` (default outcome only). max_depth: non-terminal blocks before the answer is forced (in
+    the step after the last one).
     max_width: at most this many subtasks of a Decompose. max_new_tokens: per block stage (None: the LM's default);
     eval_max_new_tokens: for the self-evaluation and check-finished replies.
     """
 
     obs_dim = 7
     num_actions = 5
-    max_episode_length_key = "env.max_depth"  # the config key that bounds an episode (`trainers.dqn` names it)
+    max_episode_length_key = "env.max_depth + 1"  # what bounds an episode, in config keys (`trainers.dqn` names it)
 
     def __init__(self, lm, problems: Sequence[Problem] = (), *, prm=None, max_depth: int = 5, max_width: int = 5,
                  max_new_tokens: int | None = None, eval_max_new_tokens: int | None = None):
@@ -102,9 +116,9 @@ class ThoughtEnv:
 
     @property
     def max_episode_length(self) -> int:
-        """The most `step` calls an episode takes: each one ends it or adds a block, and the max_depth-th block
-        forces the answer in the same step. `trainers.dqn.train_dqn` checks its step bound against this."""
-        return self.max_depth
+        """The most `step` calls an episode takes: `max_depth` blocks, then the forced answer's step (module
+        docstring). `trainers.dqn.train_dqn` checks its step bound against this."""
+        return self.max_depth + 1
 
     # ------------------------------------------------------------------------------------------ protocol
 
@@ -133,12 +147,13 @@ class ThoughtEnv:
         active = [i for i, e in enumerate(self.episodes) if not e.done]
         chosen = {}
         for i in active:
-            a = int(actions[i])
+            a, e = int(actions[i]), self.episodes[i]
             if not 0 <= a < self.num_actions:
                 raise ValueError(f"ThoughtEnv.step: action {a} for episode {i}; expected 0..{self.num_actions - 1}")
-            chosen[i] = REASON if a == REFINE and not self.episodes[i].steps else a
-            self.episodes[i].blocks.append(chosen[i])
-        # what ran (a first Refine runs Reason): the authors' DQN stores this action, not the one it chose
+            # after max_depth blocks the answer is forced; a first Refine runs Reason
+            chosen[i] = TERMINATE if e.depth >= self.max_depth else REASON if a == REFINE and not e.steps else a
+            e.blocks.append(chosen[i])
+        # what ran: the authors' DQN stores a first Refine as the Reason it ran (and ours a forced answer as Terminate)
         self.executed = np.asarray([chosen.get(i, int(actions[i])) for i in range(n)], actions.dtype)
         for block, run in ((REASON, self._reason), (DECOMPOSE, self._decompose), (DEBATE, self._debate),
                            (REFINE, self._refine)):
@@ -146,16 +161,13 @@ class ThoughtEnv:
             if rows:
                 run(rows)
         worked = [i for i in active if chosen[i] != TERMINATE]
-        checking = [i for i in worked if self.episodes[i].depth < self.max_depth]
-        replies = self._ask("check_finished", checking, [self._prefix(i) + P.CHECK_FINISHED for i in checking],
+        replies = self._ask("check_finished", worked, [self._prefix(i) + P.CHECK_FINISHED for i in worked],
                             self.eval_max_new_tokens)
-        finished = {i for i, r in zip(checking, replies) if P.says_finished(r)}
-        forced = [i for i in worked if i in finished or self.episodes[i].depth >= self.max_depth]
-        for i in forced:
+        finished = [i for i, r in zip(worked, replies) if P.says_finished(r)]
+        for i in finished:
             self.episodes[i].blocks.append(TERMINATE)
-        ending = sorted([i for i in active if chosen[i] == TERMINATE] + forced)
-        self._terminate(ending, reward)
-        continuing = [i for i in worked if i not in set(forced)]
+        self._terminate(sorted([i for i in active if chosen[i] == TERMINATE] + finished), reward)
+        continuing = [i for i in worked if i not in set(finished)]
         self._evaluate(continuing)
         if continuing:
             scores = self.prm.score([self.episodes[i].problem.question for i in continuing],
@@ -257,7 +269,7 @@ def rollout(env: ThoughtEnv, choose: Callable[[np.ndarray], np.ndarray], problem
     """Runs one episode per problem to the end with `choose(obs_Nx7) -> actions int[N]` (e.g. a greedy navigator)."""
     obs = env.reset_problems(problems)
     done = np.zeros((len(problems),), bool)
-    for _ in range(2 * env.max_depth + 2):  # every step either ends a row or adds one block
+    for _ in range(env.max_episode_length):  # every step ends a row or adds a block; max_depth blocks force the end
         if done.all():
             break
         obs, _, done = env.step(np.asarray(choose(obs), np.int32))
