@@ -18,7 +18,12 @@ The algorithm (Mnih et al. 2015 + van Hasselt's Double DQN + Wang's dueling head
   * transitions (s, a, r, done, s') go to a circular buffer of `buffer_size`; learning starts once it is full;
   * one update per stored transition: a uniform batch without replacement, a' = argmax_a Q_online(s', a),
     y = r + gamma * (1 - done) * Q_target(s', a'), loss = mean (Q_online(s, a) - y)^2, Adam;
-  * the target net is a hard copy of the online net every `target_sync_every` updates;
+  * the target net is a hard copy of the online net every `target_sync_every` updates, counted as the authors'
+    `learn_count` (train_Dueling_DDQN_MATH.py `learn()`, l. 151 `self.learn_count += 1`, l. 157 `if self.learn_count
+    % self.target_update_interval == 0:` the copy), which only `learn()` advances, once per environment step after
+    the buffer is full (l. 232 `if len(self.memory) >= self.buffer_size: self.learn()`): updates, not environment
+    steps, so the k-th sync follows transition buffer_size - 1 + k * target_sync_every. A skipped (non-finite)
+    update counts none here (theirs has no skip: it would copy NaN weights);
   * lr = lr0 * lr_decay ** (episodes // lr_decay_every) (torch's StepLR advanced once per episode).
 Batched episodes (choice, the paper runs one at a time): `episodes_per_batch` episodes run together; after each
 batched step the k new transitions are stored in row order, then one update per transition after whose append the
@@ -141,13 +146,8 @@ class Hyper:
     adam_eps: float
 
     @classmethod
-    def from_config(cls, cfg) -> "Hyper":
-        return cls(batch_size=int(cfg.batch_size), gamma=float(cfg.gamma), lr=float(cfg.lr),
-                   lr_decay=float(cfg.lr_decay), lr_decay_every=int(cfg.lr_decay_every),
-                   epsilon_start=float(cfg.epsilon_start), epsilon_decay=float(cfg.epsilon_decay),
-                   epsilon_floor=float(cfg.epsilon_floor),
-                   target_sync_every=int(cfg.target_sync_every), adam_b1=float(cfg.adam_b1),
-                   adam_b2=float(cfg.adam_b2), adam_eps=float(cfg.adam_eps))
+    def from_config(cls, cfg) -> "Hyper":  # each field from the config key of its name, as its type
+        return cls(**{f.name: (int if f.type == "int" else float)(cfg[f.name]) for f in dataclasses.fields(cls)})
 
 
 def q_values(graphdef, params, obs_NxS) -> jax.Array:
@@ -266,11 +266,6 @@ def observe_and_learn(graphdef, state: DQNState, obs_NxS, action_N, reward_N, do
                    "skipped": skipped}
 
 
-@jax.jit
-def end_batch(state: DQNState, finished) -> DQNState:
-    return state.replace(episodes=state.episodes + finished)
-
-
 # ------------------------------------------------------------------------------------------ episode source
 
 
@@ -359,7 +354,7 @@ class EpisodeSource:
         if not done.all():
             raise RuntimeError(f"environment {type(self.env).__name__}: {int((~done).sum())} of {self.n} episodes "
                                f"still running after max_steps={self.max_steps}; expected every episode to end")
-        state = end_batch(state, self.n)
+        state = state.replace(episodes=state.episodes + self.n)
         return state, BatchStats(returns=returns.tolist(), lengths=lengths.tolist(), actions=actions,
                                  loss=loss_sum / max(updates, 1), updates=updates, skipped=skipped)
 
@@ -417,6 +412,10 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
     stop_after_episodes: stop early once this many episodes are done (simulates an interruption; a later call
       with the same workdir resumes).
     on_batch(batch_index, stats, record): called after each batch of episodes (e.g. for logging).
+    The record (a metrics row): `mean_return`, each episode's undiscounted sum of rewards averaged over the batch;
+    `mean_step_reward`, each episode's mean reward per transition averaged over the batch: the authors' curve
+    (train_Dueling_DDQN_MATH.py l. 238 `episode_reward = np.mean(episode_rewards)`, printed as "Reward", plotted
+    per episode and as a 100-episode mean by `save()`, l. 167, 175); the sum grows with the episode's length.
     progress: the loop's progress bar.
     """
     import tempfile
@@ -442,6 +441,7 @@ def train_dqn(env, config, *, workdir=None, stop_after_episodes: int | None = No
         state, stats = source.run_batch(graphdef, state, hp)
         b = source.batches
         record = {"step": b, "episodes": b * n, "mean_return": float(np.mean(stats.returns)),
+                  "mean_step_reward": float(np.mean(np.asarray(stats.returns) / np.maximum(stats.lengths, 1))),
                   "mean_length": float(np.mean(stats.lengths)), "loss": stats.loss,
                   "epsilon": float(state.epsilon), "updates": int(state.updates), "skipped_updates": stats.skipped}
         if on_batch is not None:

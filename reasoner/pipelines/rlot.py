@@ -13,7 +13,8 @@ Stages (each timed):
                direct, zero-shot CoT, CoT-SC (k samples, majority vote), and navigator-SC when `demo.navigator_sc`.
 Outputs: `<workdir>/report/report.json` (accuracy with Wilson 95% intervals, LLM calls and tokens per problem,
 the most frequent 2- and 3-block sequences of the navigator's test episodes, timings, unparsed-state counts) and
-`<workdir>/report/rlot_training.png` (mean episode return, TD loss and epsilon per batch of episodes).
+`<workdir>/report/rlot_training.png` (per batch of episodes: the mean reward per step, the authors' training curve,
+the mean return, TD loss and epsilon; `plot_training`).
 
 Transfer (`demo.navigator=DIR`, the paper's navigators moved across LLMs): stages 2 and 3 are skipped; the navigator
 trained in the DQN run at DIR (a demo's workdir or its `navigator/`, or a `reasoner train configs/rlot.py` workdir;
@@ -60,16 +61,25 @@ def format_table(methods: list[dict]) -> str:
     return "\n".join(lines)
 
 
+CURVES = (("mean_step_reward", "mean reward per step"), ("mean_return", "mean return (sum of rewards)"),
+          ("loss", "TD loss"), ("epsilon", "epsilon"))
+
+
 def plot_training(history: list[dict], path: pathlib.Path) -> None:
+    """One panel per `CURVES` key of the `trainers.dqn` metrics rows. The first is the authors' training curve:
+    their loop logs and plots each episode's mean reward per step (train_Dueling_DDQN_MATH.py l. 238 `episode_reward
+    = np.mean(episode_rewards)`, plotted by `save()`, l. 167 and 175), not the sum that `mean_return` is (an earlier
+    version plotted only that, titled "mean return", beside the paper's curves of the other quantity). A row
+    without a key (a run logged before the key existed) plots as a gap."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     episodes = [h["episodes"] for h in history]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    for ax, key, title in zip(axes, ("mean_return", "loss", "epsilon"), ("mean return", "TD loss", "epsilon")):
-        ax.plot(episodes, [h[key] for h in history], marker="o")
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(16, 3.2))
+    for ax, (key, title) in zip(axes, CURVES):
+        ax.plot(episodes, [h.get(key, np.nan) for h in history], marker="o")
         ax.set_xlabel("episodes")
         ax.set_title(title)
     fig.tight_layout()

@@ -315,3 +315,35 @@ def test_a_step_storing_more_than_the_buffer_keeps_the_last_transitions_as_a_fif
         assert np.asarray(state.buf_done_C).tolist() == [f % 2 for f in fifo]
         np.testing.assert_array_equal(np.asarray(state.buf_obs_Cx7), np.repeat(np.asarray(fifo)[:, None], 7, 1))
         np.testing.assert_array_equal(np.asarray(state.buf_next_Cx7), np.asarray(state.buf_obs_Cx7) + 0.5)
+
+
+def test_the_target_syncs_every_target_sync_every_updates_not_environment_steps():
+    """The authors' `learn()` (train_Dueling_DDQN_MATH.py) counts `self.learn_count += 1` and copies the target when
+    `learn_count % target_update_interval == 0`; `learn()` runs after an append only once `len(memory) >=
+    buffer_size`. Buffer 16, every 4, 40 environment steps of one transition: 25 updates, syncs after transitions
+    15 + 4k = 19, 23, ..., 39 (6 of them); a count of environment steps would sync after 20, 24, ..., 40."""
+    import jax
+    import jax.numpy as jnp
+
+    from trainers import dqn
+
+    cfg = _small_config().dqn
+    cfg.update(dict(buffer_size=16, batch_size=4, target_sync_every=4))
+    graphdef, state = dqn.init_state(cfg, obs_dim=7, num_actions=5)
+    hp, rng = dqn.Hyper.from_config(cfg), np.random.default_rng(0)
+    same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # noqa: E731
+    synced_after, learn_count, want = [], 0, []
+    for t in range(1, 41):  # the authors' loop: append, then learn once the buffer is full
+        learn_count += t >= 16
+        if t >= 16 and learn_count % 4 == 0:
+            want.append(t)
+        obs = jnp.asarray(rng.uniform(0, 3, size=(1, 7)), jnp.float32)
+        target_before = jax.tree.map(np.asarray, state.target)
+        state, _ = dqn.observe_and_learn(graphdef, state, obs, jnp.asarray([t % 5], jnp.int32),
+                                         jnp.ones(1, jnp.float32), jnp.zeros(1, jnp.float32), obs + 1,
+                                         jnp.ones(1, bool), hp=hp)
+        if not same(target_before, state.target):
+            assert same(state.target, state.online)  # a sync is a copy of the online net after its update
+            synced_after.append(t)
+    assert int(state.env_steps) == 40 and int(state.updates) == learn_count == 25
+    assert synced_after == want == [19, 23, 27, 31, 35, 39]

@@ -146,6 +146,8 @@ def training_env(config, *, log=print):
 
 
 def batch_line(b: int, record: dict) -> str:
-    """The progress line of one batch of navigator training (the demo's and `reasoner train`'s)."""
+    """The progress line of one batch of navigator training (the demo's and `reasoner train`'s): the mean return
+    (an episode's sum of rewards) and the mean reward per step (the authors' "Reward"; `trainers.dqn.train_dqn`)."""
     return (f"batch {b}: episodes {record['episodes']}, mean return {record['mean_return']:.3f}, "
-            f"loss {record['loss']:.4f}, epsilon {record['epsilon']:.3f}")
+            f"mean reward per step {record['mean_step_reward']:.3f}, loss {record['loss']:.4f}, "
+            f"epsilon {record['epsilon']:.3f}")
