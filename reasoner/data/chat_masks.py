@@ -61,7 +61,7 @@ TEMPLATE_ERRORS = (ValueError, TemplateError)
 def template_kwargs_of(value, *, where: str, tokenizer=None) -> dict[str, Any]:
     """A row's `chat_template_kwargs` (TRL's column: a dict of template variables; None or absent: none) -> the dict;
     a ValueError naming `where` for anything else or, given the tokenizer, for a key that is not a template variable
-    of its own (`reasoner.serve.render.reserved_template_keys`: `apply_chat_template`'s parameters such as
+    of its own (`reasoner.tokenization.reserved_template_keys`: `apply_chat_template`'s parameters such as
     `add_generation_prompt` or `tools`, the renderer's names, the special tokens), refused as our server refuses it
     (TRL's `{"tools": tools, **chat_template_kwargs}` lets it replace the tools column, or fails on a duplicate
     argument). The readers check the shape (no tokenizer yet), the encoders the names."""
@@ -71,7 +71,7 @@ def template_kwargs_of(value, *, where: str, tokenizer=None) -> dict[str, Any]:
         raise ValueError(f"{where}: chat_template_kwargs must be an object of template variables (e.g. "
                          f'{{"enable_thinking": false}}), got {type(value).__name__}')
     if tokenizer is not None:
-        from reasoner.serve.render import reserved_template_keys
+        from reasoner.tokenization import reserved_template_keys
 
         clash = sorted(set(value) & reserved_template_keys(tokenizer))
         if clash:

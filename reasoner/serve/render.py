@@ -59,26 +59,6 @@ def _as_text_protocol(messages: Sequence[dict], tools: Sequence[dict] | None) ->
     return out
 
 
-# Names the template sees from the renderer itself, beside `apply_chat_template`'s own parameters: the messages
-# (`conversation` is rendered as `messages`) and the jinja globals transformers defines (a variable of that name
-# would shadow the function the template calls).
-_RENDERER_VARIABLES = ("messages", "raise_exception", "strftime_now", "dict", "namespace")
-
-
-def reserved_template_keys(tokenizer) -> frozenset[str]:
-    """Names a client's `chat_template_kwargs` may not set: `apply_chat_template`'s parameters (tools,
-    add_generation_prompt, tokenize, chat_template, ...: the server sets them, or they are not template variables),
-    the renderer's own variables (`_RENDERER_VARIABLES`) and the tokenizer's special tokens (`bos_token`, ...:
-    transformers passes them as variables and a client's value would replace them silently, so the rendered text
-    would hold a marker that is not the tokenizer's). vLLM lets a client override some of these (its
-    `add_generation_prompt`, for one); here a clash is refused, naming the key, never applied half-way."""
-    import inspect
-
-    params = inspect.signature(type(tokenizer).apply_chat_template).parameters
-    own = {name for name, p in params.items() if name != "self" and p.kind is not p.VAR_KEYWORD}
-    return frozenset(own | set(_RENDERER_VARIABLES) | set(getattr(tokenizer, "special_tokens_map", {}) or {}))
-
-
 def render_prompt(tokenizer, messages: Sequence[dict], tools: Sequence[dict] | None, *,
                   template_kwargs: dict | None = None) -> str:
     """The prompt text (generation prompt included) the model continues. template_kwargs: extra variables for the

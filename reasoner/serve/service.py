@@ -28,8 +28,8 @@ from reasoner.sampling import Completion, SamplingParams
 from reasoner.serve.backend import Backend, GenRequest
 from reasoner.serve.batcher import Batcher, Job
 from reasoner.serve.protocol import ChatRequest, RequestError, parse_chat_request
-from reasoner.serve.render import parse_reply, render_prompt, reserved_template_keys, streamable_prefix
-from reasoner.tokenization import token_bytes
+from reasoner.serve.render import parse_reply, render_prompt, streamable_prefix
+from reasoner.tokenization import reserved_template_keys, token_bytes
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
