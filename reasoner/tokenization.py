@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import pathlib
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 Message = dict[str, str]
 
@@ -271,7 +271,7 @@ def encode_prompt_completion(tokenizer, *, prompt: Sequence[Message], completion
     Qwen3's `enable_thinking`), passed to every rendering; the caller checks their names first
     (`reasoner.data.chat_masks.template_kwargs_of`), as `reasoner.serve.render.render_prompt`'s callers do.
     """
-    kwargs = {**({"tools": list(tools)} if tools else {}), **(template_kwargs or {})}
+    kwargs = template_call_kwargs(tools, template_kwargs)
     turns = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else list(completion)
     if not turns:
         raise ValueError("completion: expected the assistant's text or a non-empty list of messages")
@@ -320,12 +320,28 @@ _RENDERER_VARIABLES = ("messages", "raise_exception", "strftime_now", "dict", "n
 def reserved_template_keys(tokenizer) -> frozenset[str]:
     """Names a `chat_template_kwargs` (a client's, or a data row's) may not set: `apply_chat_template`'s parameters
     (tools, add_generation_prompt, tokenize, chat_template, ...: the server or the data encoders set them, or they are
-    not template variables), the renderer's own variables (`_RENDERER_VARIABLES`) and the tokenizer's special tokens (`bos_token`, ...:
-    transformers passes them as variables and a client's value would replace them silently, so the rendered text
-    would hold a marker that is not the tokenizer's). vLLM lets a client override some of these (its
+    not template variables), the renderer's own variables (`_RENDERER_VARIABLES`) and the tokenizer's special tokens
+    (`bos_token`, ...: transformers passes them as variables and a client's value would replace them silently, so the
+    rendered text would hold a marker that is not the tokenizer's). vLLM lets a client override some of these (its
     `add_generation_prompt`, for one); here a clash is refused, naming the key, never applied half-way."""
     import inspect
 
     params = inspect.signature(type(tokenizer).apply_chat_template).parameters
     own = {name for name, p in params.items() if name != "self" and p.kind is not p.VAR_KEYWORD}
     return frozenset(own | set(_RENDERER_VARIABLES) | set(getattr(tokenizer, "special_tokens_map", {}) or {}))
+
+
+def template_key_clashes(template_kwargs: Mapping[str, Any] | None, tokenizer) -> list[str]:
+    """The keys of `template_kwargs`, in their order, that `reserved_template_keys(tokenizer)` holds: the one check
+    of the server's and the data encoders' `chat_template_kwargs`. None or empty: [] (the tokenizer's signature is
+    not read, so rows without variables cost nothing)."""
+    if not template_kwargs:
+        return []
+    reserved = reserved_template_keys(tokenizer)
+    return [k for k in template_kwargs if k in reserved]
+
+
+def template_call_kwargs(tools: Sequence[dict] | None, template_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What every rendering of one conversation passes to the chat template beside its messages: the tools (when
+    any) and the conversation's template variables (checked first: `template_key_clashes`)."""
+    return {**({"tools": list(tools)} if tools else {}), **(template_kwargs or {})}

@@ -45,8 +45,8 @@ from typing import Any, Mapping, Sequence
 
 from jinja2 import TemplateError
 
-from reasoner.tokenization import (PromptCompletion, chat_ids, check_completion_start, encode, encode_prompt_completion,
-                                   render_chat)
+from reasoner.tokenization import (PromptCompletion, chat_ids, check_completion_start, encode_prompt_completion,
+                                   template_call_kwargs, template_key_clashes)
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ TEMPLATE_ERRORS = (ValueError, TemplateError)
 def template_kwargs_of(value, *, where: str, tokenizer=None) -> dict[str, Any]:
     """A row's `chat_template_kwargs` (TRL's column: a dict of template variables; None or absent: none) -> the dict;
     a ValueError naming `where` for anything else or, given the tokenizer, for a key that is not a template variable
-    of its own (`reasoner.tokenization.reserved_template_keys`: `apply_chat_template`'s parameters such as
+    of its own (`reasoner.tokenization.template_key_clashes`: `apply_chat_template`'s parameters such as
     `add_generation_prompt` or `tools`, the renderer's names, the special tokens), refused as our server refuses it
     (TRL's `{"tools": tools, **chat_template_kwargs}` lets it replace the tools column, or fails on a duplicate
     argument). The readers check the shape (no tokenizer yet), the encoders the names."""
@@ -71,19 +71,12 @@ def template_kwargs_of(value, *, where: str, tokenizer=None) -> dict[str, Any]:
         raise ValueError(f"{where}: chat_template_kwargs must be an object of template variables (e.g. "
                          f'{{"enable_thinking": false}}), got {type(value).__name__}')
     if tokenizer is not None:
-        from reasoner.tokenization import reserved_template_keys
-
-        clash = sorted(set(value) & reserved_template_keys(tokenizer))
+        clash = sorted(template_key_clashes(value, tokenizer))
         if clash:
             raise ValueError(f"{where}: chat_template_kwargs sets {clash}, which the chat template call sets itself "
                              "(or which are not template variables); expected template variables only (tools go in "
                              "the row's tools)")
     return dict(value)
-
-
-def _call_kwargs(tools, template_kwargs) -> dict[str, Any]:
-    """What a row's renderings pass to `apply_chat_template`: its tools (when any) and its template variables."""
-    return {**({"tools": list(tools)} if tools else {}), **(template_kwargs or {})}
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -142,7 +135,7 @@ def marked_prompt_completion(tokenizer, *, prompt, completion, tools=None, templ
     """The marker path: [T] ids of the whole conversation, mask = the template's generation spans from TRL's prompt
     length on (assistant turns inside `prompt` are context, as on the incremental path). `template_kwargs`: the
     row's template variables, checked by the caller (`template_kwargs_of`)."""
-    kwargs = _call_kwargs(tools, template_kwargs)
+    kwargs = template_call_kwargs(tools, template_kwargs)
     check_completion_start(_turns(completion))
     messages = [*prompt, *_turns(completion)]
     out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
@@ -165,8 +158,7 @@ def incremental_prompt_completion(tokenizer, *, prompt, completion, tools=None, 
     """The incremental path (module docstring): one assistant turn by TRL's rule, several by
     `encode_prompt_completion` plus the whole-conversation check. `template_kwargs`: the row's template variables,
     checked by the caller (`template_kwargs_of`); `stats` counts a cut prompt."""
-    kwargs, turns = _call_kwargs(tools, template_kwargs), _turns(completion)
-    whole = None
+    kwargs, turns = template_call_kwargs(tools, template_kwargs), _turns(completion)
     if len(turns) == 1:
         check_completion_start(turns)
         prompt_ids = chat_ids(tokenizer, prompt, add_generation_prompt=True, **kwargs)

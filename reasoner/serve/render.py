@@ -63,15 +63,13 @@ def render_prompt(tokenizer, messages: Sequence[dict], tools: Sequence[dict] | N
                   template_kwargs: dict | None = None) -> str:
     """The prompt text (generation prompt included) the model continues. template_kwargs: extra variables for the
     chat template (vLLM's `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`); a template that does not read
-    one renders as without it. The caller checks them against `reserved_template_keys` first."""
-    from reasoner.tokenization import render_chat
+    one renders as without it. The caller checks them first (`reasoner.tokenization.template_key_clashes`)."""
+    from reasoner.tokenization import render_chat, template_call_kwargs
 
-    extra = dict(template_kwargs or {})
     uses_tools = any(m.get("tool_calls") or m["role"] == "tool" for m in messages) or bool(tools)
-    if uses_tools and not template_reads_tools(tokenizer):
-        return render_chat(tokenizer, _as_text_protocol(messages, tools), **extra)
-    kwargs = {"tools": list(tools)} if tools else {}
-    return render_chat(tokenizer, list(messages), **kwargs, **extra)
+    if uses_tools and not template_reads_tools(tokenizer):  # the tools go into the text, not the template call
+        return render_chat(tokenizer, _as_text_protocol(messages, tools), **template_call_kwargs(None, template_kwargs))
+    return render_chat(tokenizer, list(messages), **template_call_kwargs(tools, template_kwargs))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,7 @@ from reasoner.serve.backend import Backend, GenRequest
 from reasoner.serve.batcher import Batcher, Job
 from reasoner.serve.protocol import ChatRequest, RequestError, parse_chat_request
 from reasoner.serve.render import parse_reply, render_prompt, streamable_prefix
-from reasoner.tokenization import reserved_template_keys, token_bytes
+from reasoner.tokenization import template_key_clashes, token_bytes
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
@@ -67,7 +67,7 @@ class ChatService:
                                "log-prob)", param="top_logprobs")
         extra = req.template_kwargs or {}
         with self.tokenizer_lock:
-            clash = next((k for k in extra if k in reserved_template_keys(self.tokenizer)), None)
+            clash = next(iter(template_key_clashes(extra, self.tokenizer)), None)
             if clash is not None:
                 raise RequestError(f"chat_template_kwargs.{clash}: expected a variable of the template's own; "
                                    f"{clash!r} is an argument the server's chat rendering sets itself",
