@@ -92,13 +92,13 @@ def _conversational(tokenizer, prompt, completions, *, keys, tools, template_kwa
             check_completion_start(turns)
             if prompt_ids is None:
                 prompt_ids = chat_ids(tokenizer, prompt, add_generation_prompt=True, **kwargs)
-            ids = chat_ids(tokenizer, [*prompt, *turns], add_generation_prompt=False, **kwargs)
             pc = None
-            if len(turns) > 1:
+            if len(turns) > 1:  # its ids are the whole conversation tokenized at once, as a single turn's below
                 pc = incremental_prompt_completion(tokenizer, prompt=prompt, completion=turns, tools=tools,
                                                    template_kwargs=template_kwargs, where=where)
-                if list(pc.ids) != ids:  # both are the whole conversation's ids, unless a template is not pure
-                    raise ValueError("the chat template renders the conversation differently on a second call")
+                ids = list(pc.ids)
+            else:
+                ids = chat_ids(tokenizer, [*prompt, *turns], add_generation_prompt=False, **kwargs)
         except TEMPLATE_ERRORS as err:
             raise ValueError(f"{where} ({key}): {err}" if len(keys) > 1 else f"{where}: {err}") from None
         joined.append(ids)
