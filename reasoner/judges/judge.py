@@ -292,12 +292,3 @@ class SamplerJudge:
             out.extend(c.text for c in completions[:len(chunk)])
         return out
 
-
-def __getattr__(name: str):
-    """`CachedJudge` and `cache_files` live in `reasoner.judges.cache` (which imports this module); still importable
-    from here."""
-    if name in ("CachedJudge", "cache_files"):
-        from reasoner.judges import cache
-
-        return getattr(cache, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

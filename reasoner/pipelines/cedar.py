@@ -78,7 +78,7 @@ def judge_cache_report(judge) -> dict:
     counters = getattr(judge, "counters", None)
     if counters is None:
         return {}
-    from reasoner.judges.judge import cache_files
+    from reasoner.judges.cache import cache_files
 
     return {"hits": counters.cache_hits, "misses": counters.cache_misses,
             "files": [str(f) for f in cache_files(judge.path)], "skipped_lines": judge.skipped_lines,

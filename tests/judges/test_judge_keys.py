@@ -57,7 +57,7 @@ def test_two_endpoint_judges_on_one_cache_file_keep_their_own_verdicts(tmp_path)
         assert long.reply([_prompt()]) == ["max 4096"]
         again = CachedJudge(EndpointJudge(url, "judge", max_tokens=16, api_key="sk-c"), path)
         assert again.reply([_prompt()]) == ["max 16"] and len(_Echo.bodies) == 2  # the key's owner is irrelevant
-    from reasoner.judges.judge import cache_files
+    from reasoner.judges.cache import cache_files
 
     texts = [f.read_text() for f in cache_files(path)]  # each cache's own file: no process index is known here
     assert sum(t.count("\n") for t in texts) == 2 and not any("sk-" in t for t in texts)

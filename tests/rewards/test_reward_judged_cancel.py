@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from reasoner.judges.judge import cache_files
+from reasoner.judges.cache import cache_files
 from reasoner.rewards import CompositeReward, WeightedReward, build_reward
 from reasoner.rewards.registry import RewardFailure
 from tests.chat_stub import ChatStub, serve
