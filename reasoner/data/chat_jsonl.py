@@ -165,7 +165,8 @@ class ChatJsonl(tfds.core.GeneratorBasedBuilder):
     """Chat prompt/completion (sft) or prompt/chosen/rejected (dpo) examples from JSONL files."""
 
     VERSION = tfds.core.Version("1.4.0")  # 1.4: chat_template_kwargs; 1.3: sft {text}; 1.2: line numbers
-    RELEASE_NOTES = {"1.4.0": "chat_template_kwargs", "1.3.0": "sft: TRL's {text} records", "1.2.0": "records in file order with their line number",
+    RELEASE_NOTES = {"1.4.0": "chat_template_kwargs", "1.3.0": "sft: TRL's {text} records",
+                     "1.2.0": "records in file order with their line number",
                      "1.1.0": "completions as text or messages; TRL formats; tools", "1.0.0": "prompt + text"}
     BUILDER_CONFIGS = [
         tfds.core.BuilderConfig(name="sft", description="prompt messages + completion"),

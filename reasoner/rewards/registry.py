@@ -14,8 +14,8 @@ does not apply to that completion (TRL's convention: left out of the weighted su
     Python threads cannot be killed, so the late call runs on in its thread: a function with a keyword parameter
     `cancel` gets a `threading.Event` (on every call), set at its deadline (stop there: cancel the pool futures it
     submitted, kill its subprocess); while `max_late_calls` late calls of a function are still running, it is not
-    called again (a hung endpoint or solver would otherwise add a thread per step without bound, each its batch):
-    its batches score 0, counted as timeouts and as `skipped`, and a line on stderr says so once per such spell;
+    called again (a hung endpoint or solver would otherwise add a thread per step without bound, each holding its
+    batch): its batches score 0, counted as timeouts and as `skipped`, and a line on stderr says so once per such spell;
   - a wrong number of values or a non-numeric value is a bug in the function: ValueError naming it.
 The total is sum_f w_f * r_f over the applicable functions (NaN when none applies), the NaN-aware
 sum-then-normalise of TRL that `trainers.grpo_loss.group_advantages` expects.

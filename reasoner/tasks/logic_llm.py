@@ -197,8 +197,8 @@ def _stated_labels(text: str, labels: dict[str, str]) -> tuple[set[str], set[str
     hedge between True and False, scored wrong).
 
     Negation (the papers this project follows and the data's README give no convention; Logic-LM's prompts ask for
-    an option letter; the rule is ours). A label directly negated ("not True", "isn't true", "is not False", "cannot be true", "not
-    necessarily true", "neither true nor false", `_NEGATED`) is never read as that label: "The answer is not True."
+    an option letter; the rule is ours). A label directly negated ("not True", "isn't true", "is not False", "cannot
+    be true", "not necessarily true", "neither true nor false", `_NEGATED`) is never read as that label: "The answer is not True."
     was read as True. Nor is it read as another one: in the three-way sets (FOLIO True/False/Uncertain, ProofWriter
     OWA True/False/Unknown) "not True" leaves False and Unknown open, and in ProntoQA's two-way set we read it the
     same way rather than guess False. So only the labels stated after the last negated one count ("It is not true;
